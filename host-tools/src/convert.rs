@@ -1,0 +1,197 @@
+//! `host-tools convert`: a Hugging Face GPT-2 checkpoint -> blob.
+//!
+//! All layout decisions live here, not in the runtime: keys with or without `transformer.`,
+//! legacy `attn.bias` / `attn.masked_bias` buffers dropped, F16/BF16 widened, Conv1D `[in, out]`
+//! weights transposed to `[out, in]`, an untied `lm_head.weight` kept only when the config says
+//! the head is not tied, `wpe` cut to `--ctx` rows.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use runtime::blob::{DType, Provenance, Role, LAYER_ROLES};
+
+use crate::blob_writer::{f16_bytes, f32_bytes, write_blob, BlobContents, TensorData};
+use crate::hf::{read_config, Checkpoint};
+
+/// Weight dtype for the blob's matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightDType {
+    /// 32-bit float (exact copy of an f32 checkpoint).
+    F32,
+    /// 16-bit float (half the flash; computed in f32).
+    F16,
+}
+
+/// Options of `convert`.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// Dtype of the weight matrices.
+    pub dtype: WeightDType,
+    /// Keep only the first N positions (smaller wpe, smaller n_ctx).
+    pub ctx: Option<u32>,
+    /// Show a progress bar.
+    pub progress: bool,
+    /// Recorded as the blob's source (defaults to the directory name).
+    pub source_name: Option<String>,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        Self { dtype: WeightDType::F32, ctx: None, progress: false, source_name: None }
+    }
+}
+
+/// The result of a conversion.
+pub struct Converted {
+    /// The blob bytes.
+    pub blob: Vec<u8>,
+    /// Things the user should know (defaults taken, tensors ignored).
+    pub notes: Vec<String>,
+    /// The config written.
+    pub config: runtime::Config,
+    /// Whether a tokenizer was packed.
+    pub has_tokenizer: bool,
+}
+
+/// Hugging Face shape of a tensor role, as stored in the checkpoint (Conv1D is `[in, out]`).
+fn hf_shape(role: Role, c: usize, inner: usize, v: usize, n_pos: usize) -> Vec<usize> {
+    use Role::*;
+    match role {
+        Wte | LmHead => vec![v, c],
+        Wpe => vec![n_pos, c],
+        AttnCAttnWeight => vec![c, 3 * c],
+        AttnCAttnBias => vec![3 * c],
+        AttnCProjWeight => vec![c, c],
+        MlpCFcWeight => vec![c, inner],
+        MlpCFcBias => vec![inner],
+        MlpCProjWeight => vec![inner, c],
+        LnFWeight | LnFBias | Ln1Weight | Ln1Bias | AttnCProjBias | Ln2Weight | Ln2Bias | MlpCProjBias => vec![c],
+    }
+}
+
+fn is_conv1d(role: Role) -> bool {
+    matches!(role, Role::AttnCAttnWeight | Role::AttnCProjWeight | Role::MlpCFcWeight | Role::MlpCProjWeight)
+}
+
+/// `[rows, cols]` -> `[cols, rows]`.
+fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    out
+}
+
+/// Converts the checkpoint in `dir`.
+pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
+    let hf = read_config(dir)?;
+    let mut config = hf.config;
+    let mut notes = hf.notes.clone();
+    let ckpt = Checkpoint::open(dir)?;
+
+    let prefix = if ckpt.contains("transformer.wte.weight") {
+        "transformer."
+    } else if ckpt.contains("wte.weight") {
+        ""
+    } else {
+        bail!("tensor wte.weight missing (looked for `transformer.wte.weight` and `wte.weight`)");
+    };
+    let n_pos = config.n_ctx as usize;
+    if let Some(ctx) = opts.ctx {
+        if ctx == 0 || ctx > config.n_ctx {
+            bail!("--ctx {ctx} must be between 1 and the model's n_positions ({})", config.n_ctx);
+        }
+        config.n_ctx = ctx;
+    }
+    let (c, inner, v) = (config.n_embd(), config.n_inner(), config.vocab_size());
+
+    let untied = !hf.tie_word_embeddings;
+    if untied && !ckpt.contains("lm_head.weight") {
+        bail!("config.json says tie_word_embeddings = false but tensor lm_head.weight is missing");
+    }
+    let mut plan: Vec<(Role, u32)> = vec![(Role::Wte, 0), (Role::Wpe, 0), (Role::LnFWeight, 0), (Role::LnFBias, 0)];
+    if untied {
+        plan.push((Role::LmHead, 0));
+    }
+    for l in 0..config.n_layer {
+        plan.extend(LAYER_ROLES.iter().map(|&r| (r, l)));
+    }
+
+    let bar = if opts.progress { ProgressBar::new(plan.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("{msg:>24} [{bar:40}] {pos}/{len} tensors ({elapsed})")?.progress_chars("=> "));
+    bar.set_message("converting");
+
+    let mut used = BTreeSet::new();
+    let mut source_dtypes = BTreeSet::new();
+    let mut tensors = Vec::with_capacity(plan.len());
+    for (role, layer) in plan {
+        let name = match role {
+            Role::LmHead => "lm_head.weight".to_string(),
+            r if r.is_layer() => format!("{prefix}h.{layer}.{}", r.hf_suffix()),
+            r => format!("{prefix}{}", r.hf_suffix()),
+        };
+        let expected = hf_shape(role, c, inner, v, n_pos);
+        let t = ckpt.read(&name).with_context(|| format!("tensor {name} missing (expected shape {expected:?})"))?;
+        if t.shape != expected {
+            bail!("tensor {name} has shape {:?}, expected {expected:?}", t.shape);
+        }
+        used.insert(name.clone());
+        source_dtypes.insert(format!("{:?}", t.dtype));
+        let mut data = t.data;
+        let (rows, cols) = match role {
+            Role::Wpe => {
+                data.truncate(config.n_ctx() * c);
+                (config.n_ctx(), c)
+            }
+            r if is_conv1d(r) => {
+                let (i, o) = (expected[0], expected[1]);
+                data = transpose(&data, i, o);
+                (o, i)
+            }
+            _ if expected.len() == 2 => (expected[0], expected[1]),
+            _ => (expected[0], 1),
+        };
+        let (dtype, bytes) = match (role.is_matrix(), opts.dtype) {
+            (true, WeightDType::F16) => (DType::F16, f16_bytes(&data)),
+            _ => (DType::F32, f32_bytes(&data)),
+        };
+        tensors.push(TensorData { role, layer, dtype, shape: [rows as u32, cols as u32], bytes });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    if !untied && ckpt.contains("lm_head.weight") {
+        used.insert("lm_head.weight".into());
+        notes.push("lm_head.weight ignored: tie_word_embeddings is true, so the head is wte (as in transformers)".into());
+    }
+    let ignored: Vec<&str> = ckpt
+        .names()
+        .filter(|n| !used.contains(*n) && !n.ends_with(".attn.bias") && !n.ends_with(".attn.masked_bias"))
+        .collect();
+    if !ignored.is_empty() {
+        notes.push(format!("ignored {} tensor(s) not part of GPT-2: {}", ignored.len(), ignored.join(", ")));
+    }
+
+    let tokenizer = crate::tokenizer_pack::pack_from_dir(dir)?;
+    let source = opts.source_name.clone().unwrap_or_else(|| {
+        dir.canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| dir.display().to_string())
+    });
+    let source_dtype = source_dtypes.into_iter().collect::<Vec<_>>().join("+");
+    let converter = concat!("host-tools ", env!("CARGO_PKG_VERSION"));
+    let has_tokenizer = tokenizer.is_some();
+    let contents = BlobContents {
+        config,
+        provenance: Provenance { source: &source, source_dtype: &source_dtype, converter },
+        tensors,
+        tokenizer,
+    };
+    let blob = write_blob(&contents)?;
+    Ok(Converted { blob, notes, config, has_tokenizer })
+}

@@ -1,0 +1,73 @@
+//! `host-tools inspect`: what is inside a blob — config, provenance, tensor table, bytes per
+//! section, checksum, and the memory a session needs.
+
+use std::fmt::Write;
+
+use anyhow::Result;
+use runtime::blob::{self, Preamble, TensorTable};
+use runtime::SessionSizes;
+
+use crate::blob_file::checksums;
+
+/// Renders the inspection report of a blob (its bytes as read from the file).
+pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
+    let mut s = String::new();
+    let pre = Preamble::parse(bytes).map_err(|e| anyhow::anyhow!("invalid blob: {e}"))?;
+    let (stored, computed) = checksums(bytes)?;
+    let (header, table) = blob::parse_header(bytes, &pre).map_err(|e| anyhow::anyhow!("invalid blob: {e}"))?;
+    let cfg = header.config;
+    writeln!(s, "blob format v{}  {} bytes ({:.2} MiB)", pre.version, pre.file_len, pre.file_len as f64 / 1048576.0)?;
+    writeln!(
+        s,
+        "checksum: CRC-32 {stored:#010x} {}",
+        if stored == computed { "OK".to_string() } else { format!("MISMATCH (computed {computed:#010x})") }
+    )?;
+    writeln!(s, "source: {} ({}), written by {}", header.provenance.source, header.provenance.source_dtype, header.provenance.converter)?;
+    writeln!(s, "\nconfig:")?;
+    writeln!(s, "  vocab_size {}  n_ctx {}  n_embd {}  n_layer {}  n_head {} (head_dim {})  n_inner {}", cfg.vocab_size, cfg.n_ctx, cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.head_dim(), cfg.n_inner)?;
+    writeln!(s, "  layer_norm_epsilon {:e}  activation {:?}  scale_attn_weights {}  scale_attn_by_inverse_layer_idx {}", cfg.layer_norm_epsilon, cfg.activation, cfg.scale_attn_weights, cfg.scale_attn_by_inverse_layer_idx)?;
+    writeln!(s, "  bos_token_id {}  eos_token_id {}", cfg.bos_token_id, cfg.eos_token_id)?;
+
+    writeln!(s, "\ntensors ({}):", header.n_tensors)?;
+    writeln!(s, "  {:<28} {:<5} {:>14} {:>12} {:>12}", "name", "dtype", "shape", "offset", "bytes")?;
+    let (mut emb, mut layers, mut other, mut params) = (0u64, 0u64, 0u64, 0u64);
+    for e in TensorTable::new(table, header.n_tensors) {
+        let e = e.map_err(|e| anyhow::anyhow!("invalid tensor table: {e}"))?;
+        let name = e.role.hf_name(e.layer).to_string();
+        let shape = if e.shape[1] == 1 { format!("[{}]", e.shape[0]) } else { format!("[{}, {}]", e.shape[0], e.shape[1]) };
+        writeln!(s, "  {:<28} {:<5} {:>14} {:>12} {:>12}", name, e.dtype.name(), shape, e.data.offset, e.data.len)?;
+        params += e.shape[0] as u64 * e.shape[1] as u64;
+        if e.role.is_layer() {
+            layers += e.data.len;
+        } else if matches!(e.role, runtime::blob::Role::Wte | runtime::blob::Role::Wpe | runtime::blob::Role::LmHead) {
+            emb += e.data.len;
+        } else {
+            other += e.data.len;
+        }
+    }
+    let header_bytes = blob::PREAMBLE_LEN as u64 + pre.header_len as u64;
+    let tok = header.tokenizer.map_or(0, |t| t.len);
+    let padding = pre.file_len - header_bytes - emb - layers - other - tok;
+    writeln!(s, "\nbytes per section:")?;
+    writeln!(s, "  preamble + header + table {header_bytes:>12}")?;
+    writeln!(s, "  embeddings (wte, wpe, head) {emb:>10}")?;
+    writeln!(s, "  transformer blocks        {layers:>12}")?;
+    writeln!(s, "  final layer norm          {other:>12}")?;
+    writeln!(s, "  tokenizer                 {tok:>12}{}", if header.tokenizer.is_none() { "  (none: use --ids)" } else { "" })?;
+    writeln!(s, "  alignment padding         {padding:>12}")?;
+    writeln!(s, "  parameters                {params:>12}")?;
+
+    let ctx = ctx.unwrap_or(cfg.n_ctx as usize).min(cfg.n_ctx as usize);
+    let sizes = SessionSizes::new(&cfg, ctx, 1);
+    writeln!(s, "\nsession memory at context {ctx} (decode batch 1):")?;
+    writeln!(s, "  activation arena          {:>12} bytes", sizes.arena_bytes())?;
+    writeln!(
+        s,
+        "  KV cache (f32)            {:>12} bytes  = 2 · n_layer {} · ctx {} · n_embd {} · 4",
+        sizes.kv_bytes(),
+        cfg.n_layer,
+        ctx,
+        cfg.n_embd
+    )?;
+    Ok(s)
+}

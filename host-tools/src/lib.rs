@@ -1,0 +1,10 @@
+#![doc = include_str!("../README.md")]
+
+pub mod blob_file;
+pub mod blob_writer;
+pub mod convert;
+pub mod hf;
+pub mod inspect;
+pub mod npy;
+pub mod random;
+pub mod tokenizer_pack;

@@ -1,0 +1,123 @@
+//! `host-tools`: convert Hugging Face GPT-2 checkpoints to blobs, inspect blobs, write random
+//! checkpoints.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use host_tools::convert::{convert, ConvertOptions, WeightDType};
+use host_tools::random::{write_random, RandomShape};
+
+#[derive(Parser)]
+#[command(name = "host-tools", version, about = "Checkpoint -> blob converter and blob tools for the GPT-2 microcontroller runtime")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Convert a Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors,
+    /// optional vocab.json + merges.txt or tokenizer.json) into a blob.
+    Convert {
+        /// Checkpoint directory.
+        hf_dir: PathBuf,
+        /// Output blob file.
+        #[arg(short, long)]
+        out: PathBuf,
+        /// Weight dtype of the matrices.
+        #[arg(long, value_enum, default_value = "f32")]
+        dtype: WeightDType,
+        /// Keep only the first N positions (smaller blob; the model's context becomes N).
+        #[arg(long)]
+        ctx: Option<u32>,
+    },
+    /// Print a blob's config, tensor table, bytes per section and checksum status.
+    Inspect {
+        /// Blob file.
+        blob: PathBuf,
+        /// Context length for the memory estimate (default: the model's n_ctx).
+        #[arg(long)]
+        ctx: Option<usize>,
+    },
+    /// Write a random-initialised GPT-2 checkpoint in the Hugging Face layout.
+    Random {
+        /// Output directory.
+        #[arg(short, long)]
+        out: PathBuf,
+        /// A named shape (`gpt2` = 124M).
+        #[arg(long, value_parser = ["gpt2"])]
+        preset: Option<String>,
+        #[arg(long)]
+        n_layer: Option<u32>,
+        #[arg(long)]
+        n_embd: Option<u32>,
+        #[arg(long)]
+        n_head: Option<u32>,
+        #[arg(long)]
+        vocab: Option<u32>,
+        #[arg(long)]
+        n_ctx: Option<u32>,
+        /// RNG seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Convert { hf_dir, out, dtype, ctx } => {
+            let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None };
+            let conv = convert(&hf_dir, &opts)?;
+            for note in &conv.notes {
+                eprintln!("note: {note}");
+            }
+            std::fs::write(&out, &conv.blob).with_context(|| format!("cannot write {}", out.display()))?;
+            let c = conv.config;
+            eprintln!(
+                "wrote {} ({} bytes): {} layers, n_embd {}, n_head {}, vocab {}, n_ctx {}, {:?} weights, tokenizer: {}",
+                out.display(),
+                conv.blob.len(),
+                c.n_layer,
+                c.n_embd,
+                c.n_head,
+                c.vocab_size,
+                c.n_ctx,
+                dtype,
+                if conv.has_tokenizer { "yes" } else { "no (use --ids)" }
+            );
+        }
+        Cmd::Inspect { blob, ctx } => {
+            let bytes = std::fs::read(&blob).with_context(|| format!("cannot read {}", blob.display()))?;
+            print!("{}", host_tools::inspect::inspect(&bytes, ctx)?);
+        }
+        Cmd::Random { out, preset, n_layer, n_embd, n_head, vocab, n_ctx, seed } => {
+            let base = match preset.as_deref() {
+                Some("gpt2") => RandomShape::GPT2,
+                _ => RandomShape { n_layer: 2, n_embd: 64, n_head: 4, vocab_size: 256, n_ctx: 64 },
+            };
+            let shape = RandomShape {
+                n_layer: n_layer.unwrap_or(base.n_layer),
+                n_embd: n_embd.unwrap_or(base.n_embd),
+                n_head: n_head.unwrap_or(base.n_head),
+                vocab_size: vocab.unwrap_or(base.vocab_size),
+                n_ctx: n_ctx.unwrap_or(base.n_ctx),
+            };
+            let params = write_random(&out, shape, seed)?;
+            eprintln!("wrote {} ({params} parameters, {shape:?}, seed {seed})", out.display());
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,495 @@
+//! Blob format v1: the one definition shared by the writer (`host-tools convert`) and the reader
+//! ([`crate::Model::from_blob`]). See `docs/blob-format.md` for the diagram.
+//!
+//! ```text
+//! offset  size  field (all integers little-endian)
+//! 0       8     magic  b"GPT2MCU\0"
+//! 8       4     version (= 1)
+//! 12      4     crc32: CRC-32/ISO-HDLC (zlib's crc32) of bytes 16..file_len
+//! 16      4     header_len: bytes of the postcard header that follows the preamble
+//! 20      4     reserved (0)
+//! 24      8     file_len: total blob length in bytes
+//! 32      ..    header: postcard(Header) then Header::n_tensors × postcard(TensorEntry)
+//! ..      ..    zero padding to a multiple of DATA_ALIGN
+//! data    ..    tensor data and the tokenizer section, each starting at a multiple of
+//!               DATA_ALIGN (offsets are from the start of the blob)
+//! ```
+//!
+//! Matrices are stored row-major as `[out, in]` (the transpose of Hugging Face's Conv1D
+//! `[in, out]`), so each output is one contiguous dot product; vectors as `[n, 1]`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::error::Error;
+
+/// First eight bytes of every blob.
+pub const MAGIC: [u8; 8] = *b"GPT2MCU\0";
+/// Format version written by this crate and the only one it reads.
+pub const VERSION: u32 = 1;
+/// Size of the fixed preamble before the postcard header.
+pub const PREAMBLE_LEN: usize = 32;
+/// Every tensor and section starts at a multiple of this many bytes from the blob start.
+pub const DATA_ALIGN: usize = 64;
+/// The blob itself must start at an address that is a multiple of this (so f32/f16 data and
+/// SIMD loads are aligned in place).
+pub const BLOB_ALIGN: usize = 16;
+
+/// What a tensor is, in Hugging Face's words (`transformer.h.{layer}.attn.c_attn.weight`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum Role {
+    // global tensors (layer 0)
+    Wte,
+    Wpe,
+    LnFWeight,
+    LnFBias,
+    /// Untied output head (only when the checkpoint has a `lm_head.weight` different from wte).
+    LmHead,
+    // per-layer tensors
+    Ln1Weight,
+    Ln1Bias,
+    AttnCAttnWeight,
+    AttnCAttnBias,
+    AttnCProjWeight,
+    AttnCProjBias,
+    Ln2Weight,
+    Ln2Bias,
+    MlpCFcWeight,
+    MlpCFcBias,
+    MlpCProjWeight,
+    MlpCProjBias,
+}
+
+/// The per-layer roles, in the order the converter writes them.
+pub const LAYER_ROLES: [Role; 12] = [
+    Role::Ln1Weight,
+    Role::Ln1Bias,
+    Role::AttnCAttnWeight,
+    Role::AttnCAttnBias,
+    Role::AttnCProjWeight,
+    Role::AttnCProjBias,
+    Role::Ln2Weight,
+    Role::Ln2Bias,
+    Role::MlpCFcWeight,
+    Role::MlpCFcBias,
+    Role::MlpCProjWeight,
+    Role::MlpCProjBias,
+];
+
+impl Role {
+    /// True for tensors that exist once per block.
+    pub const fn is_layer(self) -> bool {
+        self.layer_index().is_some()
+    }
+
+    /// Position of a per-layer role in [`LAYER_ROLES`].
+    pub const fn layer_index(self) -> Option<usize> {
+        use Role::*;
+        match self {
+            Ln1Weight => Some(0),
+            Ln1Bias => Some(1),
+            AttnCAttnWeight => Some(2),
+            AttnCAttnBias => Some(3),
+            AttnCProjWeight => Some(4),
+            AttnCProjBias => Some(5),
+            Ln2Weight => Some(6),
+            Ln2Bias => Some(7),
+            MlpCFcWeight => Some(8),
+            MlpCFcBias => Some(9),
+            MlpCProjWeight => Some(10),
+            MlpCProjBias => Some(11),
+            Wte | Wpe | LnFWeight | LnFBias | LmHead => None,
+        }
+    }
+
+    /// True for the 2-D weight matrices (the ones a quantizing converter may narrow).
+    pub const fn is_matrix(self) -> bool {
+        use Role::*;
+        matches!(
+            self,
+            Wte | Wpe | LmHead | AttnCAttnWeight | AttnCProjWeight | MlpCFcWeight | MlpCProjWeight
+        )
+    }
+
+    /// The Hugging Face key suffix of this role (without `transformer.` and `h.{layer}.`).
+    pub const fn hf_suffix(self) -> &'static str {
+        use Role::*;
+        match self {
+            Wte => "wte.weight",
+            Wpe => "wpe.weight",
+            LnFWeight => "ln_f.weight",
+            LnFBias => "ln_f.bias",
+            LmHead => "lm_head.weight",
+            Ln1Weight => "ln_1.weight",
+            Ln1Bias => "ln_1.bias",
+            AttnCAttnWeight => "attn.c_attn.weight",
+            AttnCAttnBias => "attn.c_attn.bias",
+            AttnCProjWeight => "attn.c_proj.weight",
+            AttnCProjBias => "attn.c_proj.bias",
+            Ln2Weight => "ln_2.weight",
+            Ln2Bias => "ln_2.bias",
+            MlpCFcWeight => "mlp.c_fc.weight",
+            MlpCFcBias => "mlp.c_fc.bias",
+            MlpCProjWeight => "mlp.c_proj.weight",
+            MlpCProjBias => "mlp.c_proj.bias",
+        }
+    }
+
+    /// A printable name: `h.{layer}.{suffix}` for layer tensors, the suffix otherwise.
+    pub fn hf_name(self, layer: u32) -> HfName {
+        HfName { role: self, layer }
+    }
+}
+
+/// Display helper returned by [`Role::hf_name`] (no allocation).
+#[derive(Debug, Clone, Copy)]
+pub struct HfName {
+    role: Role,
+    layer: u32,
+}
+
+impl core::fmt::Display for HfName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.role.is_layer() {
+            write!(f, "h.{}.{}", self.layer, self.role.hf_suffix())
+        } else {
+            f.write_str(self.role.hf_suffix())
+        }
+    }
+}
+
+/// Element type of a tensor's data.
+///
+/// Appending variants keeps old blobs readable; a reader that meets a variant it does not know
+/// reports [`Error::BadHeader`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DType {
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary16.
+    F16,
+    /// Symmetric int8 in groups of `group_len` along each row, one f32 scale per group. Data:
+    /// `rows·cols` i8 values, then (at the next multiple of 16 within the tensor)
+    /// `rows·cols/group_len` f32 scales.
+    Q8 {
+        /// Elements per scale.
+        group_len: u32,
+    },
+    /// Symmetric 4-bit in groups of `group_len`, two values per byte (low nibble first, stored
+    /// as value + 8), then f32 scales as for `Q8`.
+    Q4 {
+        /// Elements per scale.
+        group_len: u32,
+    },
+}
+
+impl DType {
+    /// A small numeric code for error messages.
+    pub const fn code(self) -> u8 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Q8 { .. } => 2,
+            DType::Q4 { .. } => 3,
+        }
+    }
+
+    /// Short lowercase name (`f32`, `f16`, `q8`, `q4`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Q8 { .. } => "q8",
+            DType::Q4 { .. } => "q4",
+        }
+    }
+
+    /// Bytes the data of a `rows × cols` tensor of this dtype occupies, or `None` if the shape
+    /// does not suit the dtype (group not dividing cols) or the size overflows.
+    pub fn data_len(self, rows: u64, cols: u64) -> Option<u64> {
+        let n = rows.checked_mul(cols)?;
+        match self {
+            DType::F32 => n.checked_mul(4),
+            DType::F16 => n.checked_mul(2),
+            DType::Q8 { group_len } | DType::Q4 { group_len } => {
+                let g = group_len as u64;
+                if g == 0 || cols % g != 0 {
+                    return None;
+                }
+                let values = if matches!(self, DType::Q8 { .. }) { n } else { n.div_ceil(2) };
+                let scales_at = values.checked_add(15)? / 16 * 16;
+                scales_at.checked_add((n / g).checked_mul(4)?)
+            }
+        }
+    }
+}
+
+/// A byte range inside the blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Section {
+    /// Offset from the blob start (a multiple of [`DATA_ALIGN`]).
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// Where the blob came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance<'a> {
+    /// The checkpoint the blob was converted from (a directory name or description).
+    pub source: &'a str,
+    /// Storage dtype of the source checkpoint (`F32`, `F16`, `BF16`, mixed).
+    pub source_dtype: &'a str,
+    /// `host-tools <version>` that wrote the blob.
+    pub converter: &'a str,
+}
+
+/// The postcard header that follows the preamble.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Header<'a> {
+    /// Model shapes and hyper-parameters.
+    pub config: Config,
+    /// Where the blob came from.
+    #[serde(borrow)]
+    pub provenance: Provenance<'a>,
+    /// Tokenizer tables (see [`crate::tokenizer`]), if the checkpoint had them.
+    pub tokenizer: Option<Section>,
+    /// Number of [`TensorEntry`] records that follow this header.
+    pub n_tensors: u32,
+}
+
+/// One row of the tensor table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorEntry {
+    /// What the tensor is.
+    pub role: Role,
+    /// Block index for per-layer roles, 0 otherwise.
+    pub layer: u32,
+    /// Element type.
+    pub dtype: DType,
+    /// `[rows, cols]`; vectors are `[n, 1]`.
+    pub shape: [u32; 2],
+    /// Byte range of the data (offset a multiple of [`DATA_ALIGN`]).
+    pub data: Section,
+}
+
+/// The fixed-size fields at the start of a blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preamble {
+    /// Format version.
+    pub version: u32,
+    /// Stored CRC-32 of bytes `16..file_len`.
+    pub crc32: u32,
+    /// Length of the postcard header (header plus tensor table).
+    pub header_len: u32,
+    /// Total blob length.
+    pub file_len: u64,
+}
+
+impl Preamble {
+    /// Encodes the preamble (the writer calls this once the checksum is known).
+    pub fn to_bytes(&self) -> [u8; PREAMBLE_LEN] {
+        let mut out = [0u8; PREAMBLE_LEN];
+        let fields: [(usize, &[u8]); 5] = [
+            (0, &MAGIC),
+            (8, &self.version.to_le_bytes()),
+            (12, &self.crc32.to_le_bytes()),
+            (16, &self.header_len.to_le_bytes()),
+            (24, &self.file_len.to_le_bytes()),
+        ];
+        for (at, bytes) in fields {
+            if let Some(dst) = out.get_mut(at..at + bytes.len()) {
+                dst.copy_from_slice(bytes);
+            }
+        }
+        out
+    }
+
+    /// Decodes and checks magic, version and length against the buffer actually given.
+    pub fn parse(blob: &[u8]) -> Result<Preamble, Error> {
+        let avail = blob.len() as u64;
+        let Some(pre) = blob.get(..PREAMBLE_LEN) else {
+            if let Some(m) = blob.get(..4) {
+                if m != &MAGIC[..4] {
+                    return Err(Error::BadMagic { found: le_u32(m) });
+                }
+            }
+            return Err(Error::Truncated { needed: PREAMBLE_LEN as u64, available: avail });
+        };
+        let (magic, rest) = pre.split_at(8);
+        if magic != MAGIC {
+            return Err(Error::BadMagic { found: le_u32(magic) });
+        }
+        let version = le_u32(rest.get(0..4).unwrap_or(&[]));
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion { found: version, supported: VERSION });
+        }
+        let crc32 = le_u32(rest.get(4..8).unwrap_or(&[]));
+        let header_len = le_u32(rest.get(8..12).unwrap_or(&[]));
+        let file_len = le_u64(rest.get(16..24).unwrap_or(&[]));
+        if file_len > avail {
+            return Err(Error::Truncated { needed: file_len, available: avail });
+        }
+        let header_end = PREAMBLE_LEN as u64 + header_len as u64;
+        if header_end > file_len {
+            return Err(Error::Truncated { needed: header_end, available: file_len });
+        }
+        Ok(Preamble { version, crc32, header_len, file_len })
+    }
+}
+
+/// Rounds `n` up to the next multiple of [`DATA_ALIGN`].
+pub const fn align_up(n: u64) -> u64 {
+    n.div_ceil(DATA_ALIGN as u64) * DATA_ALIGN as u64
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    for (d, s) in a.iter_mut().zip(b) {
+        *d = *s;
+    }
+    u32::from_le_bytes(a)
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    for (d, s) in a.iter_mut().zip(b) {
+        *d = *s;
+    }
+    u64::from_le_bytes(a)
+}
+
+/// CRC-32/ISO-HDLC (the one in zlib, PNG and `crc32fast`), byte-at-a-time with a 1 KiB table.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    crc32_update(0, bytes)
+}
+
+/// Continues a CRC-32 over more bytes (`crc32_update(crc32(a), b) == crc32(a ++ b)`).
+pub fn crc32_update(crc: u32, bytes: &[u8]) -> u32 {
+    let mut c = !crc;
+    for &b in bytes {
+        let idx = ((c ^ b as u32) & 0xFF) as usize;
+        c = CRC_TABLE.get(idx).copied().unwrap_or(0) ^ (c >> 8);
+    }
+    !c
+}
+
+static CRC_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// The range of the blob the checksum covers.
+pub const CRC_START: usize = 16;
+
+/// Parses the header and returns it with the bytes of the tensor table that follow it.
+pub fn parse_header<'a>(blob: &'a [u8], pre: &Preamble) -> Result<(Header<'a>, &'a [u8]), Error> {
+    let end = PREAMBLE_LEN + pre.header_len as usize;
+    let bytes = blob.get(PREAMBLE_LEN..end).ok_or(Error::Truncated {
+        needed: end as u64,
+        available: blob.len() as u64,
+    })?;
+    postcard::take_from_bytes::<Header<'_>>(bytes).map_err(|_| Error::BadHeader)
+}
+
+/// Iterates over the tensor table (stops at the first record that does not decode, yielding
+/// the error).
+pub struct TensorTable<'a> {
+    rest: &'a [u8],
+    left: u32,
+}
+
+impl<'a> TensorTable<'a> {
+    /// Table of `n` records encoded in `bytes`.
+    pub fn new(bytes: &'a [u8], n: u32) -> Self {
+        Self { rest: bytes, left: n }
+    }
+}
+
+impl Iterator for TensorTable<'_> {
+    type Item = Result<TensorEntry, Error>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        match postcard::take_from_bytes::<TensorEntry>(self.rest) {
+            Ok((e, rest)) => {
+                self.rest = rest;
+                Some(Ok(e))
+            }
+            Err(_) => {
+                self.left = 0;
+                Some(Err(Error::BadHeader))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_matches_zlib() {
+        // zlib.crc32(b"123456789") == 0xCBF43926 (the CRC catalogue check value).
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32_update(crc32(b"1234"), b"56789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn preamble_round_trip() {
+        let p = Preamble { version: VERSION, crc32: 0xDEAD_BEEF, header_len: 77, file_len: 4096 };
+        let mut buf = [0u8; 4096];
+        buf[..PREAMBLE_LEN].copy_from_slice(&p.to_bytes());
+        assert_eq!(Preamble::parse(&buf), Ok(p));
+    }
+
+    #[test]
+    fn preamble_rejects_bad_input() {
+        assert_eq!(Preamble::parse(&[]), Err(Error::Truncated { needed: 32, available: 0 }));
+        assert_eq!(
+            Preamble::parse(b"PK\x03\x04 zip file, not a blob at all......"),
+            Err(Error::BadMagic { found: u32::from_le_bytes(*b"PK\x03\x04") })
+        );
+        let p = Preamble { version: 2, crc32: 0, header_len: 0, file_len: 32 };
+        assert_eq!(
+            Preamble::parse(&p.to_bytes()),
+            Err(Error::UnsupportedVersion { found: 2, supported: 1 })
+        );
+        let p = Preamble { version: 1, crc32: 0, header_len: 0, file_len: 100 };
+        assert_eq!(
+            Preamble::parse(&p.to_bytes()),
+            Err(Error::Truncated { needed: 100, available: 32 })
+        );
+        let p = Preamble { version: 1, crc32: 0, header_len: 10, file_len: 32 };
+        assert_eq!(
+            Preamble::parse(&p.to_bytes()),
+            Err(Error::Truncated { needed: 42, available: 32 })
+        );
+    }
+
+    #[test]
+    fn quantized_sizes() {
+        assert_eq!(DType::F32.data_len(3, 4), Some(48));
+        assert_eq!(DType::F16.data_len(3, 4), Some(24));
+        // 2x64 int8 = 128 bytes, then 4 scales of 4 bytes
+        assert_eq!(DType::Q8 { group_len: 32 }.data_len(2, 64), Some(128 + 16));
+        assert_eq!(DType::Q4 { group_len: 32 }.data_len(2, 64), Some(64 + 16));
+        assert_eq!(DType::Q8 { group_len: 32 }.data_len(2, 48), None);
+        assert_eq!(DType::F32.data_len(u64::MAX, 2), None);
+    }
+}

@@ -1,0 +1,370 @@
+//! The weights: read-only views into the blob, validated once by [`Model::from_blob`].
+//!
+//! After `from_blob` succeeds every accessor here is infallible: offsets, lengths, shapes,
+//! dtypes and alignment were all checked, so the views below are plain slices into the blob
+//! (flash on a board; no copy).
+
+use half::f16;
+
+use crate::blob::{self, DType, Header, Preamble, Provenance, Role, Section, TensorTable, LAYER_ROLES};
+use crate::config::Config;
+use crate::error::Error;
+use crate::tokenizer::Tokenizer;
+
+/// Location and type of one validated tensor inside the blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TensorRef {
+    offset: usize,
+    len: usize,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+}
+
+const NO_TENSOR: TensorRef = TensorRef { offset: 0, len: 0, dtype: DType::F32, rows: 0, cols: 0 };
+
+/// The data of a weight matrix `[rows, cols]`, row-major, in its stored dtype.
+#[derive(Debug, Clone, Copy)]
+pub enum MatrixData<'a> {
+    /// f32 values, `rows·cols` of them.
+    F32(&'a [f32]),
+    /// f16 values, widened to f32 in the kernel.
+    F16(&'a [f16]),
+}
+
+/// A weight matrix `[rows, cols]` (rows = outputs, cols = inputs).
+#[derive(Debug, Clone, Copy)]
+pub struct Matrix<'a> {
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Row-major data.
+    pub data: MatrixData<'a>,
+}
+
+/// The weights of one transformer block, named as in Hugging Face's `GPT2Block`.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerWeights<'a> {
+    /// `ln_1.weight` (C)
+    pub ln_1_weight: &'a [f32],
+    /// `ln_1.bias` (C)
+    pub ln_1_bias: &'a [f32],
+    /// `attn.c_attn.weight` (3C, C): rows 0..C give q, C..2C k, 2C..3C v.
+    pub attn_c_attn: Matrix<'a>,
+    /// `attn.c_attn.bias` (3C)
+    pub attn_c_attn_bias: &'a [f32],
+    /// `attn.c_proj.weight` (C, C)
+    pub attn_c_proj: Matrix<'a>,
+    /// `attn.c_proj.bias` (C)
+    pub attn_c_proj_bias: &'a [f32],
+    /// `ln_2.weight` (C)
+    pub ln_2_weight: &'a [f32],
+    /// `ln_2.bias` (C)
+    pub ln_2_bias: &'a [f32],
+    /// `mlp.c_fc.weight` (I, C)
+    pub mlp_c_fc: Matrix<'a>,
+    /// `mlp.c_fc.bias` (I)
+    pub mlp_c_fc_bias: &'a [f32],
+    /// `mlp.c_proj.weight` (C, I)
+    pub mlp_c_proj: Matrix<'a>,
+    /// `mlp.c_proj.bias` (C)
+    pub mlp_c_proj_bias: &'a [f32],
+}
+
+/// A validated model: config plus views of its weights inside the blob.
+#[derive(Debug, Clone)]
+pub struct Model<'a> {
+    config: Config,
+    blob: &'a [u8],
+    provenance: Provenance<'a>,
+    wte: TensorRef,            // (V, C)
+    wpe: TensorRef,            // (n_ctx, C)
+    ln_f_weight: TensorRef,    // (C)
+    ln_f_bias: TensorRef,      // (C)
+    lm_head: Option<TensorRef>, // (V, C), None = tied to wte
+    layer0: [TensorRef; 12],   // layer 0's tensors in LAYER_ROLES order
+    layer_stride: usize,       // bytes between layer l and layer l+1 tensors
+    tokenizer: Option<Tokenizer<'a>>,
+    data_start: usize,
+}
+
+impl<'a> Model<'a> {
+    /// Validates a blob completely (structure, shapes, ranges, alignment and CRC-32) and
+    /// returns views into it. The blob must start at a 16-byte aligned address.
+    pub fn from_blob(blob: &'a [u8]) -> Result<Self, Error> {
+        let pre = Preamble::parse(blob)?;
+        let covered = blob.get(blob::CRC_START..pre.file_len as usize).unwrap_or(&[]);
+        let computed = blob::crc32(covered);
+        if computed != pre.crc32 {
+            return Err(Error::ChecksumMismatch { stored: pre.crc32, computed });
+        }
+        Self::from_blob_prechecked(blob)
+    }
+
+    /// Like [`Model::from_blob`] but without the CRC pass (for a host that already checked the
+    /// CRC with a faster implementation, or flash that was verified when it was written). All
+    /// structural checks still run, so a corrupt blob still cannot cause a panic or an
+    /// out-of-bounds read; it can only produce wrong numbers.
+    pub fn from_blob_prechecked(blob: &'a [u8]) -> Result<Self, Error> {
+        let addr = blob.as_ptr() as usize;
+        if addr % blob::BLOB_ALIGN != 0 {
+            return Err(Error::Misaligned { addr, required: blob::BLOB_ALIGN });
+        }
+        if cfg!(target_endian = "big") {
+            // The blob is little-endian and read in place.
+            return Err(Error::BadHeader);
+        }
+        let pre = Preamble::parse(blob)?;
+        let file_len = pre.file_len as usize;
+        let blob = blob.get(..file_len).unwrap_or(&[]);
+        let (header, table_bytes): (Header<'a>, &'a [u8]) = blob::parse_header(blob, &pre)?;
+        let config = header.config;
+        config.validate()?;
+        let data_start = blob::align_up((blob::PREAMBLE_LEN + pre.header_len as usize) as u64) as usize;
+
+        let (c, v, n_ctx, inner) = (config.n_embd(), config.vocab_size(), config.n_ctx(), config.n_inner());
+        let has_lm_head = header.n_tensors as usize == 5 + 12 * config.n_layer();
+        let expected_tensors = 4 + usize::from(has_lm_head) + 12 * config.n_layer();
+        if header.n_tensors as usize != expected_tensors {
+            // Report the first tensor the count says is missing (or extra).
+            return Err(if (header.n_tensors as usize) < expected_tensors {
+                Error::MissingTensor { role: Role::Ln1Weight, layer: config.n_layer - 1 }
+            } else {
+                Error::UnexpectedTensor { role: Role::LmHead, layer: 0 }
+            });
+        }
+
+        let mut model = Model {
+            config,
+            blob,
+            provenance: header.provenance,
+            wte: NO_TENSOR,
+            wpe: NO_TENSOR,
+            ln_f_weight: NO_TENSOR,
+            ln_f_bias: NO_TENSOR,
+            lm_head: None,
+            layer0: [NO_TENSOR; 12],
+            layer_stride: 0,
+            tokenizer: None,
+            data_start,
+        };
+
+        // The converter writes tensors in one canonical order; anything else is rejected, which
+        // makes duplicates and gaps impossible by construction.
+        let globals: &[Role] = if has_lm_head {
+            &[Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias, Role::LmHead]
+        } else {
+            &[Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias]
+        };
+        let expected_order = globals
+            .iter()
+            .map(|&r| (r, 0u32))
+            .chain((0..config.n_layer).flat_map(|l| LAYER_ROLES.iter().map(move |&r| (r, l))));
+
+        let mut prev_end = data_start;
+        let mut table = TensorTable::new(table_bytes, header.n_tensors);
+        for (want_role, want_layer) in expected_order {
+            let entry = match table.next() {
+                Some(e) => e?,
+                None => return Err(Error::MissingTensor { role: want_role, layer: want_layer }),
+            };
+            if entry.role != want_role || entry.layer != want_layer {
+                return Err(if entry.role.is_layer() && entry.layer >= config.n_layer {
+                    Error::UnexpectedTensor { role: entry.role, layer: entry.layer }
+                } else {
+                    Error::MissingTensor { role: want_role, layer: want_layer }
+                });
+            }
+            let (role, layer) = (entry.role, entry.layer);
+            // Expected shape [rows, cols].
+            let shape: [usize; 2] = match role {
+                Role::Wte | Role::LmHead => [v, c],
+                Role::Wpe => [n_ctx, c],
+                Role::AttnCAttnWeight => [3 * c, c],
+                Role::AttnCAttnBias => [3 * c, 1],
+                Role::AttnCProjWeight => [c, c],
+                Role::MlpCFcWeight => [inner, c],
+                Role::MlpCFcBias => [inner, 1],
+                Role::MlpCProjWeight => [c, inner],
+                Role::LnFWeight
+                | Role::LnFBias
+                | Role::Ln1Weight
+                | Role::Ln1Bias
+                | Role::AttnCProjBias
+                | Role::Ln2Weight
+                | Role::Ln2Bias
+                | Role::MlpCProjBias => [c, 1],
+            };
+            let found = [entry.shape[0] as usize, entry.shape[1] as usize];
+            if found != shape {
+                return Err(Error::BadShape {
+                    role,
+                    layer,
+                    expected: [shape[0] as u32, shape[1] as u32],
+                    found: entry.shape,
+                });
+            }
+            let dtype_ok = match entry.dtype {
+                DType::F32 => true,
+                DType::F16 => role.is_matrix(),
+                DType::Q8 { .. } | DType::Q4 { .. } => false,
+            };
+            if !dtype_ok {
+                return Err(Error::UnsupportedDType { role, dtype: entry.dtype.code() });
+            }
+            let bad_range = Error::BadTensorRange { role, layer, offset: entry.data.offset, len: entry.data.len };
+            let want_len = entry.dtype.data_len(shape[0] as u64, shape[1] as u64).ok_or(bad_range)?;
+            let end = entry.data.offset.checked_add(entry.data.len).ok_or(bad_range)?;
+            if entry.data.len != want_len
+                || entry.data.offset % blob::DATA_ALIGN as u64 != 0
+                || entry.data.offset < prev_end as u64
+                || end > file_len as u64
+            {
+                return Err(bad_range);
+            }
+            prev_end = end as usize;
+            let tref = TensorRef {
+                offset: entry.data.offset as usize,
+                len: entry.data.len as usize,
+                dtype: entry.dtype,
+                rows: shape[0],
+                cols: shape[1],
+            };
+            match (role, role.layer_index()) {
+                (_, Some(i)) if layer == 0 => {
+                    if let Some(slot) = model.layer0.get_mut(i) {
+                        *slot = tref;
+                    }
+                }
+                (_, Some(i)) => {
+                    let first = model.layer0.get(i).copied().unwrap_or(NO_TENSOR);
+                    if layer == 1 && i == 0 {
+                        model.layer_stride = tref.offset.saturating_sub(first.offset);
+                    }
+                    let at = (layer as usize)
+                        .checked_mul(model.layer_stride)
+                        .and_then(|d| d.checked_add(first.offset));
+                    if Some(tref.offset) != at || tref.dtype != first.dtype {
+                        return Err(Error::IrregularLayout { layer });
+                    }
+                }
+                (Role::Wte, None) => model.wte = tref,
+                (Role::Wpe, None) => model.wpe = tref,
+                (Role::LnFWeight, None) => model.ln_f_weight = tref,
+                (Role::LnFBias, None) => model.ln_f_bias = tref,
+                (_, None) => model.lm_head = Some(tref),
+            }
+        }
+
+        if let Some(Section { offset, len }) = header.tokenizer {
+            let end = offset.checked_add(len).unwrap_or(u64::MAX);
+            if offset % blob::DATA_ALIGN as u64 != 0 || offset < data_start as u64 || end > file_len as u64 {
+                return Err(Error::BadTokenizer { offset: 0 });
+            }
+            let bytes = blob.get(offset as usize..end as usize).unwrap_or(&[]);
+            let tok = Tokenizer::from_bytes(bytes)?;
+            if tok.vocab_size() > config.vocab_size() {
+                return Err(Error::BadTokenizer { offset: 0 });
+            }
+            model.tokenizer = Some(tok);
+        }
+        Ok(model)
+    }
+
+    /// The model's shapes and hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Where the blob came from.
+    pub fn provenance(&self) -> &Provenance<'a> {
+        &self.provenance
+    }
+
+    /// The tokenizer packed in the blob, if any.
+    pub fn tokenizer(&self) -> Option<&Tokenizer<'a>> {
+        self.tokenizer.as_ref()
+    }
+
+    /// Bytes of tensor data (everything after the header), a proxy for flash use.
+    pub fn data_bytes(&self) -> usize {
+        self.blob.len().saturating_sub(self.data_start)
+    }
+
+    /// Total bytes of weights read to produce one token (all matrices except wpe, plus one wpe
+    /// row, plus vectors): what decode has to stream from memory.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let l = self.layer0.iter().map(|t| t.len).sum::<usize>() * self.config.n_layer();
+        let head = self.lm_head.map_or(0, |t| t.len);
+        let wpe_row = self.wpe.len / self.wpe.rows.max(1);
+        l + self.wte.len + head + wpe_row + self.ln_f_weight.len + self.ln_f_bias.len
+    }
+
+    fn bytes(&self, t: TensorRef) -> &'a [u8] {
+        self.blob.get(t.offset..t.offset + t.len).unwrap_or(&[])
+    }
+
+    fn vector(&self, t: TensorRef) -> &'a [f32] {
+        bytemuck::try_cast_slice(self.bytes(t)).unwrap_or(&[])
+    }
+
+    fn matrix(&self, t: TensorRef) -> Matrix<'a> {
+        let data = match t.dtype {
+            DType::F16 => MatrixData::F16(bytemuck::try_cast_slice(self.bytes(t)).unwrap_or(&[])),
+            _ => MatrixData::F32(bytemuck::try_cast_slice(self.bytes(t)).unwrap_or(&[])),
+        };
+        Matrix { rows: t.rows, cols: t.cols, data }
+    }
+
+    /// Token embedding table `wte` (V, C).
+    pub fn wte(&self) -> Matrix<'a> {
+        self.matrix(self.wte)
+    }
+
+    /// Position embedding table `wpe` (n_ctx, C).
+    pub fn wpe(&self) -> Matrix<'a> {
+        self.matrix(self.wpe)
+    }
+
+    /// Output head (V, C): `lm_head.weight` if the checkpoint had a separate one, else `wte`.
+    pub fn lm_head(&self) -> Matrix<'a> {
+        self.matrix(self.lm_head.unwrap_or(self.wte))
+    }
+
+    /// Final LayerNorm `ln_f` (weight, bias), each (C).
+    pub fn ln_f(&self) -> (&'a [f32], &'a [f32]) {
+        (self.vector(self.ln_f_weight), self.vector(self.ln_f_bias))
+    }
+
+    /// The weights of block `l` (empty views if `l >= n_layer`).
+    pub fn layer(&self, l: usize) -> LayerWeights<'a> {
+        let at = |i: usize| {
+            let mut t = self.layer0.get(i).copied().unwrap_or(NO_TENSOR);
+            if l >= self.config.n_layer() {
+                return NO_TENSOR;
+            }
+            t.offset += l * self.layer_stride;
+            t
+        };
+        LayerWeights {
+            ln_1_weight: self.vector(at(0)),
+            ln_1_bias: self.vector(at(1)),
+            attn_c_attn: self.matrix(at(2)),
+            attn_c_attn_bias: self.vector(at(3)),
+            attn_c_proj: self.matrix(at(4)),
+            attn_c_proj_bias: self.vector(at(5)),
+            ln_2_weight: self.vector(at(6)),
+            ln_2_bias: self.vector(at(7)),
+            mlp_c_fc: self.matrix(at(8)),
+            mlp_c_fc_bias: self.vector(at(9)),
+            mlp_c_proj: self.matrix(at(10)),
+            mlp_c_proj_bias: self.vector(at(11)),
+        }
+    }
+
+    /// Dtype of the block matrices (as stored).
+    pub fn weight_dtype(&self) -> DType {
+        self.layer0.get(2).map_or(DType::F32, |t| t.dtype)
+    }
+}

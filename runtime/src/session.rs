@@ -1,0 +1,297 @@
+//! A session: run state for one sequence — the activation arena and the KV cache, both
+//! borrowed from the caller — and the forward pass that fills them.
+//!
+//! ```text
+//! arena (f32): x [B, C] | xn [B, C] | work [B, max(3C, I)] | scores [capacity] | logits [V]
+//! kv    (f32): (n_layer, 2, capacity, C)        B = tokens per batch (1 for decode)
+//! ```
+//! Sizes come from [`SessionSizes`], a `const fn` of the config, so a board can size its
+//! `static` buffers at compile time.
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::kernels;
+use crate::kv_cache::KvCache;
+use crate::model::{Matrix, MatrixData, Model};
+
+/// Buffer sizes (in f32 elements) for a session of a given context capacity and batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSizes {
+    /// Tokens the KV cache holds (≤ n_ctx).
+    pub capacity: usize,
+    /// Tokens processed per forward batch during prefill (weights are read once per batch).
+    pub batch: usize,
+    /// f32 elements of the activation arena.
+    pub arena_len: usize,
+    /// f32 elements of the KV cache.
+    pub kv_len: usize,
+}
+
+impl SessionSizes {
+    /// f32 elements of arena per token of batch: x, xn and the shared qkv/MLP work row.
+    pub const fn per_token(config: &Config) -> usize {
+        let c = config.n_embd as usize;
+        let work = if 3 * c > config.n_inner as usize { 3 * c } else { config.n_inner as usize };
+        2 * c + work
+    }
+
+    /// Sizes for `capacity` cached positions and batches of `batch` tokens.
+    pub const fn new(config: &Config, capacity: usize, batch: usize) -> Self {
+        let batch = if batch == 0 { 1 } else { batch };
+        SessionSizes {
+            capacity,
+            batch,
+            arena_len: batch * Self::per_token(config) + capacity + config.vocab_size as usize,
+            kv_len: KvCache::required_len(config.n_layer as usize, capacity, config.n_embd as usize),
+        }
+    }
+
+    /// Bytes of the arena.
+    pub const fn arena_bytes(&self) -> usize {
+        self.arena_len * 4
+    }
+
+    /// Bytes of the KV cache: 2 · n_layer · capacity · n_embd · 4.
+    pub const fn kv_bytes(&self) -> usize {
+        self.kv_len * 4
+    }
+}
+
+/// Run state of one sequence: position, KV cache and scratch, over a validated [`Model`].
+pub struct Session<'a> {
+    model: &'a Model<'a>,
+    arena: &'a mut [f32],
+    cache: KvCache<'a>,
+    batch: usize,
+    has_logits: bool,
+}
+
+/// Splits `n` elements off the front of `buf` (fewer if it is shorter; never panics).
+fn take<'s>(buf: &'s mut [f32], n: usize) -> (&'s mut [f32], &'s mut [f32]) {
+    let n = n.min(buf.len());
+    buf.split_at_mut(n)
+}
+
+impl<'a> Session<'a> {
+    /// Starts an empty session. `arena` must hold at least
+    /// `SessionSizes::new(config, capacity, 1).arena_len` f32; a larger arena allows larger
+    /// prefill batches (up to `capacity`). `kv` must hold `SessionSizes::kv_len`.
+    pub fn new(model: &'a Model<'a>, arena: &'a mut [f32], kv: &'a mut [f32], capacity: usize) -> Result<Self, Error> {
+        let cfg = model.config();
+        if capacity == 0 || capacity > cfg.n_ctx() {
+            return Err(Error::BadCapacity { requested: capacity, n_ctx: cfg.n_ctx() });
+        }
+        let one = SessionSizes::new(cfg, capacity, 1);
+        if arena.len() < one.arena_len {
+            return Err(Error::ArenaTooSmall { needed: one.arena_len, available: arena.len() });
+        }
+        let batch = ((arena.len() - one.arena_len) / SessionSizes::per_token(cfg) + 1).min(capacity);
+        let cache = KvCache::new(kv, cfg.n_layer(), capacity, cfg.n_embd())?;
+        Ok(Self { model, arena, cache, batch, has_logits: false })
+    }
+
+    /// The model this session runs.
+    pub fn model(&self) -> &'a Model<'a> {
+        self.model
+    }
+
+    /// Tokens processed so far (the next token's position).
+    pub fn pos(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Maximum tokens this session can hold.
+    pub fn capacity(&self) -> usize {
+        self.cache.capacity()
+    }
+
+    /// Tokens processed per forward batch in prefill.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Bytes of the arena and of the KV cache in use.
+    pub fn memory_bytes(&self) -> (usize, usize) {
+        let sizes = SessionSizes::new(self.model.config(), self.capacity(), self.batch);
+        (sizes.arena_bytes(), self.cache.bytes())
+    }
+
+    /// Forgets all tokens (keeps the buffers).
+    pub fn reset(&mut self) {
+        self.cache.clear();
+        self.has_logits = false;
+    }
+
+    /// Logits (V) after the last processed token, if any.
+    pub fn logits(&mut self) -> Option<&mut [f32]> {
+        if !self.has_logits {
+            return None;
+        }
+        let v = self.model.config().vocab_size();
+        let start = self.logits_start();
+        self.arena.get_mut(start..start + v)
+    }
+
+    fn logits_start(&self) -> usize {
+        let cfg = self.model.config();
+        self.batch * SessionSizes::per_token(cfg) + self.capacity()
+    }
+
+    /// Checks that `tokens` can be appended; nothing is changed when it fails.
+    fn check(&self, tokens: &[u32]) -> Result<(), Error> {
+        let vocab_size = self.model.config().vocab_size;
+        if tokens.is_empty() {
+            return Err(Error::EmptyInput);
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id >= vocab_size) {
+            return Err(Error::InvalidToken { id, vocab_size });
+        }
+        let (used, adding, capacity) = (self.pos(), tokens.len(), self.capacity());
+        if adding > capacity - used {
+            return Err(Error::ContextFull { used, adding, capacity });
+        }
+        Ok(())
+    }
+
+    /// Processes `tokens` (appending them to the KV cache) and returns the logits of the last
+    /// one. On error nothing is changed.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<&mut [f32], Error> {
+        self.check(tokens)?;
+        let n = tokens.len();
+        self.run(tokens, |i| i + 1 == n, |_, _| {});
+        self.logits().ok_or(Error::EmptyInput)
+    }
+
+    /// Processes `tokens` and calls `each(i, logits)` with the logits after every token i
+    /// (in order). Same path as [`Session::prefill`]; used for `host logits` and perplexity.
+    pub fn prefill_each(&mut self, tokens: &[u32], mut each: impl FnMut(usize, &[f32])) -> Result<(), Error> {
+        self.check(tokens)?;
+        self.run(tokens, |_| true, |i, l| each(i, l));
+        Ok(())
+    }
+
+    /// Processes one token and returns the logits for the next.
+    pub fn decode(&mut self, token: u32) -> Result<&mut [f32], Error> {
+        self.prefill(&[token])
+    }
+
+    /// The forward pass over `tokens` (already checked), batch by batch.
+    fn run(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) {
+        let mut done = 0;
+        for chunk in tokens.chunks(self.batch.max(1)) {
+            let first = done;
+            self.forward_batch(chunk, |i| wants_logits(first + i), |i, l| each(first + i, l));
+            done += chunk.len();
+        }
+    }
+
+    /// GPT-2 forward pass for one batch of T tokens at positions pos..pos+T.
+    fn forward_batch(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) {
+        let model = self.model;
+        let cfg = *model.config();
+        let (c, t_len) = (cfg.n_embd(), tokens.len());
+        let (n_head, d) = (cfg.n_head(), cfg.head_dim());
+        let p0 = self.cache.len();
+        let per_work = SessionSizes::per_token(&cfg) - 2 * c;
+
+        let (x, rest) = take(self.arena, self.batch * c); //        residual stream (T, C)
+        let (xn, rest) = take(rest, self.batch * c); //             normed / attention out (T, C)
+        let (work, rest) = take(rest, self.batch * per_work); //    qkv (T, 3C) or MLP hidden (T, I)
+        let (scores, rest) = take(rest, self.cache.capacity()); //  attention scores (S)
+        let (logits, _) = take(rest, cfg.vocab_size()); //          (V)
+        let x = x.get_mut(..t_len * c).unwrap_or(&mut []);
+        let xn = xn.get_mut(..t_len * c).unwrap_or(&mut []);
+
+        // token + position embeddings: x = wte[token] + wpe[pos]   (nn.Embedding ×2, add)
+        let (wte, wpe) = (model.wte(), model.wpe());
+        for (t, (&tok, xt)) in tokens.iter().zip(x.chunks_exact_mut(c)).enumerate() {
+            copy_row(xt, &wte, tok as usize);
+            add_row(xt, &wpe, p0 + t);
+        }
+
+        for l in 0..cfg.n_layer() {
+            let w = model.layer(l);
+            // ln_1
+            kernels::layer_norm(xn, x, w.ln_1_weight, w.ln_1_bias, cfg.layer_norm_epsilon);
+            // attn.c_attn: qkv = xn · W_attnᵀ + b   (T, 3C), split as q | k | v
+            let qkv = work.get_mut(..t_len * 3 * c).unwrap_or(&mut []);
+            kernels::linear(qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false);
+            // append this batch's k and v to the cache (layer l)
+            for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
+                let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
+                self.cache.store(l, p0 + t, k, v);
+            }
+            // causal multi-head attention: softmax(q·kᵀ / √D) · v per head, heads concatenated
+            let mut scale = if cfg.scale_attn_weights { 1.0 / libm::sqrtf(d as f32) } else { 1.0 };
+            if cfg.scale_attn_by_inverse_layer_idx {
+                scale /= (l + 1) as f32;
+            }
+            let cache = &self.cache;
+            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
+                for (h, out_h) in out.chunks_exact_mut(d).enumerate().take(n_head) {
+                    let q = row.get(h * d..(h + 1) * d).unwrap_or(&[]);
+                    let head = h * d..(h + 1) * d;
+                    kernels::attend_head(
+                        out_h,
+                        q,
+                        |s| cache.key(l, s).get(head.clone()).unwrap_or(&[]),
+                        |s| cache.value(l, s).get(head.clone()).unwrap_or(&[]),
+                        p0 + t + 1,
+                        scale,
+                        scores,
+                    );
+                }
+            }
+            // attn.c_proj, then the residual: x += attn · W_projᵀ + b
+            kernels::linear(x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true);
+            // ln_2
+            kernels::layer_norm(xn, x, w.ln_2_weight, w.ln_2_bias, cfg.layer_norm_epsilon);
+            // mlp.c_fc and the activation (GELU): h = act(xn · W_fcᵀ + b)   (T, I)
+            let hidden = work.get_mut(..t_len * cfg.n_inner()).unwrap_or(&mut []);
+            kernels::linear(hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false);
+            kernels::activate(hidden, cfg.activation);
+            // mlp.c_proj, then the residual: x += h · W_projᵀ + b
+            kernels::linear(x, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, true);
+        }
+        self.cache.set_len(p0 + t_len);
+
+        // ln_f, then the (tied) head: logits = ln_f(x) · wteᵀ, only for the rows asked for
+        let (ln_f_w, ln_f_b) = model.ln_f();
+        let head = model.lm_head();
+        for (t, (xt, xnt)) in x.chunks_exact(c).zip(xn.chunks_exact_mut(c)).enumerate() {
+            if !wants_logits(t) {
+                continue;
+            }
+            kernels::layer_norm(xnt, xt, ln_f_w, ln_f_b, cfg.layer_norm_epsilon);
+            kernels::linear(logits, xnt, &head, &[], false);
+            each(t, logits);
+            self.has_logits = true;
+        }
+        if !wants_logits(t_len.saturating_sub(1)) {
+            self.has_logits = false;
+        }
+    }
+}
+
+/// `dst = m[row]` (widened to f32).
+fn copy_row(dst: &mut [f32], m: &Matrix<'_>, row: usize) {
+    dst.iter_mut().for_each(|v| *v = 0.0);
+    add_row(dst, m, row);
+}
+
+/// `dst += m[row]` (widened to f32).
+fn add_row(dst: &mut [f32], m: &Matrix<'_>, row: usize) {
+    let r = row * m.cols..(row + 1) * m.cols;
+    match m.data {
+        MatrixData::F32(data) => {
+            for (d, s) in dst.iter_mut().zip(data.get(r).unwrap_or(&[])) {
+                *d += *s;
+            }
+        }
+        MatrixData::F16(data) => {
+            for (d, s) in dst.iter_mut().zip(data.get(r).unwrap_or(&[])) {
+                *d += s.to_f32();
+            }
+        }
+    }
+}

@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""Build the GPT-2 parity fixtures under tests/fixtures/<case>/.
+
+Every fixture is a small, randomly initialised GPT-2 checkpoint in Hugging Face
+layout plus reference outputs computed with Hugging Face transformers:
+
+    tests/fixtures/<case>/config.json
+    tests/fixtures/<case>/model.safetensors
+    tests/fixtures/<case>/generation_config.json   (only where save_pretrained writes it)
+    tests/fixtures/<case>/logits.npy               float32 [n_positions, vocab_size]
+    tests/fixtures/<case>/reference.json           input ids, greedy continuation, ...
+
+The script is deterministic: all randomness comes from fixed seeds, torch runs
+single-threaded with deterministic algorithms, and a second run writes
+byte-identical files. See tests/fixtures/README.md for the formats.
+
+Usage (from the repository root):
+
+    python3 -m venv .venv
+    .venv/bin/pip install -r tests/requirements.txt
+    .venv/bin/python tests/make_fixtures.py            # writes tests/fixtures/<case>/
+    .venv/bin/python tests/make_fixtures.py --out DIR  # writes DIR/<case>/ instead
+    .venv/bin/python tests/make_fixtures.py --only tiny odd
+
+Only the case directories listed in CASES are (re)written; everything else under
+the output directory (e.g. tests/fixtures/gpt2-tokenizer/) is left alone.
+"""
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import safetensors
+import safetensors.torch
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.activations import ACT2FN
+
+PROMPT_LEN = 5
+# Greedy ids must be unambiguous for an f32 re-implementation: every step's
+# top-1/top-2 logit gap must be at least this large (the brief asks for > 1e-3).
+MIN_MARGIN_REQUIRED = 5e-2
+ATTN_IMPL = "eager"  # reference attention; sdpa is only compared against
+
+# Each case: name, seed, GPT2Config overrides, storage dtype, key layout.
+CASES = [
+    {
+        "case": "tiny",
+        "seed": 1010,
+        "dtype": "float32",
+        "layout": "hf",
+        "config": dict(
+            n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=32,
+            activation_function="gelu_new", initializer_range=0.3,
+        ),
+    },
+    {
+        "case": "odd",
+        "seed": 2073,
+        "dtype": "float32",
+        "layout": "hf",
+        "config": dict(
+            n_layer=3, n_embd=45, n_head=5, n_inner=100, vocab_size=1001, n_positions=48,
+            activation_function="gelu", initializer_range=0.25,
+        ),
+    },
+    {
+        "case": "fp16",
+        "seed": 3017,
+        "dtype": "float16",
+        "layout": "hf",
+        "config": dict(
+            n_layer=2, n_embd=48, n_head=4, vocab_size=256, n_positions=32,
+            activation_function="gelu_pytorch_tanh", initializer_range=0.3,
+        ),
+    },
+    {
+        "case": "bf16",
+        "seed": 4036,
+        "dtype": "bfloat16",
+        "layout": "hf",
+        "config": dict(
+            n_layer=2, n_embd=48, n_head=6, vocab_size=200, n_positions=32,
+            activation_function="relu", initializer_range=0.3,
+        ),
+    },
+    {
+        "case": "hub_layout",
+        "seed": 5031,
+        "dtype": "float32",
+        "layout": "hub",
+        "config": dict(
+            n_layer=2, n_embd=32, n_head=4, vocab_size=96, n_positions=32,
+            activation_function="gelu_new", initializer_range=0.3,
+        ),
+    },
+    {
+        "case": "untied",
+        "seed": 6025,
+        "dtype": "float32",
+        "layout": "hf",
+        "config": dict(
+            n_layer=2, n_embd=32, n_head=2, vocab_size=80, n_positions=32,
+            activation_function="gelu_new", initializer_range=0.3,
+            tie_word_embeddings=False, scale_attn_by_inverse_layer_idx=True,
+        ),
+    },
+]
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def setup_determinism():
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def build_model(spec):
+    """Random GPT-2 in float32, eval mode, with every parameter non-trivial."""
+    cfg = dict(spec["config"])
+    v = cfg["vocab_size"]
+    cfg.update(
+        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+        # the default 50256 is outside these tiny vocabularies
+        bos_token_id=v - 1, eos_token_id=v - 1,
+    )
+    torch.manual_seed(spec["seed"])
+    config = GPT2Config(**cfg)
+    config._attn_implementation = ATTN_IMPL
+    model = GPT2LMHeadModel(config)
+    # HF init leaves LayerNorm at weight=1/bias=0 and every Conv1D bias at 0;
+    # perturb them so a runtime that ignores a bias or a LayerNorm gain fails.
+    g = torch.Generator().manual_seed(spec["seed"] + 1)
+    r = cfg["initializer_range"]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".ln_" in name or name.startswith("transformer.ln_f"):
+                if name.endswith(".weight"):
+                    p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+                else:
+                    p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * r * torch.randn(p.shape, generator=g))
+    model.eval()
+    return model
+
+
+def forward_logits(model, ids):
+    """Full forward pass without KV cache; returns float32 [T, vocab]."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+    return out.logits[0].float()
+
+
+def greedy(model, prompt, n_new):
+    """Repeated argmax over the full (uncached) forward pass."""
+    ids = list(prompt)
+    new, margins = [], []
+    for _ in range(n_new):
+        last = forward_logits(model, ids)[-1]
+        top = torch.topk(last, 2)
+        nxt = int(top.indices[0])
+        margins.append(float(top.values[0] - top.values[1]))
+        ids.append(nxt)
+        new.append(nxt)
+    return new, margins
+
+
+def greedy_cached(model, prompt, n_new):
+    """Same greedy decode, incrementally with the KV cache (cross-check only)."""
+    new = []
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        for _ in range(n_new):
+            nxt = int(torch.argmax(out.logits[0, -1]))
+            new.append(nxt)
+            out = model(input_ids=torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+    return new
+
+
+# activation that a runtime might mistakenly use instead of the configured one
+CONFUSABLE_ACT = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_new", "relu": "gelu"}
+
+
+def sensitivity(model, ids, logits):
+    """How far the logits move under plausible implementation mistakes.
+
+    Tells the runtime's tests which tolerance still catches each mistake.
+    """
+    out = {}
+    cfg = model.config
+    alt = CONFUSABLE_ACT[cfg.activation_function]
+    m = copy.deepcopy(model)
+    for blk in m.transformer.h:
+        blk.mlp.act = ACT2FN[alt]
+    out[f"activation={alt}"] = max_abs(forward_logits(m, ids), logits)
+    m = copy.deepcopy(model)
+    hd = cfg.n_embd // cfg.n_head
+    for i, blk in enumerate(m.transformer.h):
+        blk.attn.scaling = hd ** -0.5 / (1.0 if cfg.scale_attn_by_inverse_layer_idx else float(i + 1))
+    out[f"scale_attn_by_inverse_layer_idx={not cfg.scale_attn_by_inverse_layer_idx}"] = max_abs(
+        forward_logits(m, ids), logits)
+    if not cfg.tie_word_embeddings:
+        m = copy.deepcopy(model)
+        m.lm_head.weight = m.transformer.wte.weight
+        out["lm_head=wte"] = max_abs(forward_logits(m, ids), logits)
+    return out
+
+
+def hub_state_dict(model, n_positions):
+    """Rename to the original `gpt2` hub layout and add the legacy buffers."""
+    sd = {}
+    for k, t in model.state_dict().items():
+        if k == "lm_head.weight":
+            continue  # tied to wte; the hub checkpoint does not store it
+        assert k.startswith("transformer."), k
+        sd[k[len("transformer."):]] = t.detach().clone().contiguous()
+    tril = torch.tril(torch.ones((n_positions, n_positions), dtype=torch.float32))
+    for i in range(model.config.n_layer):
+        sd[f"h.{i}.attn.bias"] = tril.view(1, 1, n_positions, n_positions).clone()
+        sd[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4, dtype=torch.float32)
+    return sd
+
+
+def hub_config_json(config):
+    """config.json in the style of the original `gpt2` repo (legacy keys, n_ctx, n_inner: null)."""
+    return {
+        "activation_function": config.activation_function,
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": config.bos_token_id,
+        "embd_pdrop": 0.1,
+        "eos_token_id": config.eos_token_id,
+        "initializer_range": config.initializer_range,
+        "layer_norm_epsilon": config.layer_norm_epsilon,
+        "model_type": "gpt2",
+        "n_ctx": config.n_positions,
+        "n_embd": config.n_embd,
+        "n_head": config.n_head,
+        "n_inner": None,
+        "n_layer": config.n_layer,
+        "n_positions": config.n_positions,
+        "resid_pdrop": 0.1,
+        "summary_activation": None,
+        "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True,
+        "summary_type": "cls_index",
+        "summary_use_proj": True,
+        "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "vocab_size": config.vocab_size,
+    }
+
+
+def dump_json(obj):
+    """Pretty JSON whose lists of numbers stay on one line."""
+    def enc(o, ind):
+        pad, pad1 = "  " * ind, "  " * (ind + 1)
+        if isinstance(o, dict):
+            if not o:
+                return "{}"
+            items = [f"{pad1}{json.dumps(k)}: {enc(v, ind + 1)}" for k, v in o.items()]
+            return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+        if isinstance(o, list) and all(not isinstance(x, (dict, list)) for x in o):
+            return "[" + ", ".join(json.dumps(x) for x in o) + "]"
+        if isinstance(o, list):
+            return "[\n" + ",\n".join(pad1 + enc(x, ind + 1) for x in o) + "\n" + pad + "]"
+        return json.dumps(o)
+    return enc(obj, 0) + "\n"
+
+
+def max_abs(a, b):
+    return float((a.detach() - b.detach()).abs().max())
+
+
+def make_case(spec, out_root):
+    name = spec["case"]
+    out = out_root / name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    model = build_model(spec)
+    config = model.config
+    T = config.n_positions
+    V = config.vocab_size
+    dtype = DTYPES[spec["dtype"]]
+
+    g = torch.Generator().manual_seed(spec["seed"] + 2)
+    input_ids = torch.randint(0, V, (T,), generator=g).tolist()
+    prompt = torch.randint(0, V, (PROMPT_LEN,), generator=g).tolist()
+
+    # --- write the checkpoint -------------------------------------------------
+    if spec["layout"] == "hub":
+        assert dtype == torch.float32
+        sd = hub_state_dict(model, T)
+        safetensors.torch.save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+        (out / "config.json").write_text(json.dumps(hub_config_json(config), indent=2, sort_keys=True) + "\n")
+    else:
+        stored = model.to(dtype) if dtype != torch.float32 else model
+        stored.save_pretrained(out)
+        # the f32 model the runtime will see: f16/bf16-rounded weights, computed in f32
+        model = stored.float() if dtype != torch.float32 else stored
+        config = model.config
+    for f in out.iterdir():
+        os.chmod(f, 0o644)  # save_pretrained writes model.safetensors as 0600
+
+    # --- reference outputs (float32, eager attention, no cache) ---------------
+    logits = forward_logits(model, input_ids)
+    assert logits.shape == (T, V) and logits.dtype == torch.float32
+    n_new = T - PROMPT_LEN
+    new_ids, margins = greedy(model, prompt, n_new)
+    min_margin = min(margins)
+
+    # --- checks -----------------------------------------------------------------
+    checks = {}
+    reloaded = GPT2LMHeadModel.from_pretrained(out, attn_implementation=ATTN_IMPL).eval()
+    checks["reloaded_dtype"] = str(reloaded.dtype).replace("torch.", "")
+    reloaded = reloaded.float()
+    checks["reload_max_abs_diff"] = max_abs(forward_logits(reloaded, input_ids), logits)
+    checks["reload_greedy_equal"] = greedy(reloaded, prompt, n_new)[0] == new_ids
+    if spec["layout"] != "hub":
+        # all stored tensors round-trip bit-exactly
+        a, b = model.state_dict(), reloaded.state_dict()
+        assert set(a) == set(b), (set(a) ^ set(b))
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    else:
+        # the renamed tensors are exactly the model's, minus the tied lm_head
+        with safetensors.safe_open(str(out / "model.safetensors"), "pt") as f:
+            keys = set(f.keys())
+        assert "lm_head.weight" not in keys and not any(k.startswith("transformer.") for k in keys)
+        sd = reloaded.state_dict()
+        for k, t in model.state_dict().items():
+            assert torch.equal(sd[k], t), k
+    if not config.tie_word_embeddings:
+        lm, wte = reloaded.lm_head.weight, reloaded.transformer.wte.weight
+        assert lm.data_ptr() != wte.data_ptr() and not torch.equal(lm, wte)
+        checks["lm_head_vs_wte_max_abs"] = max_abs(lm, wte)
+    else:
+        assert reloaded.lm_head.weight.data_ptr() == reloaded.transformer.wte.weight.data_ptr()
+    checks["kv_cache_greedy_equal"] = greedy_cached(model, prompt, n_new) == new_ids
+    sdpa = GPT2LMHeadModel.from_pretrained(out, attn_implementation="sdpa").float().eval()
+    checks["sdpa_vs_eager_max_abs_diff"] = max_abs(forward_logits(sdpa, input_ids), logits)
+    sens = sensitivity(model, input_ids, logits)
+    assert min(sens.values()) > 1e-3, (name, sens)
+
+    assert checks["reload_max_abs_diff"] == 0.0, checks
+    assert checks["reload_greedy_equal"] and checks["kv_cache_greedy_equal"], checks
+    assert min_margin >= MIN_MARGIN_REQUIRED, (name, min_margin)
+
+    # --- write the references ---------------------------------------------------
+    np.save(out / "logits.npy", np.ascontiguousarray(logits.numpy(), dtype=np.float32))
+    os.chmod(out / "logits.npy", 0o644)
+    head_dim = config.n_embd // config.n_head
+    ref = {
+        "case": name,
+        "made_by": "tests/make_fixtures.py",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "seed": spec["seed"],
+        "attn_implementation": ATTN_IMPL,
+        "input_ids": input_ids,
+        "greedy": {
+            "prompt_ids": prompt,
+            "new_ids": new_ids,
+            "min_margin": min_margin,
+            "margins": margins,
+        },
+        "config_summary": {
+            "n_layer": config.n_layer,
+            "n_embd": config.n_embd,
+            "n_head": config.n_head,
+            "head_dim": head_dim,
+            "n_inner": config.n_inner if config.n_inner is not None else 4 * config.n_embd,
+            "n_inner_in_config": config.n_inner,
+            "vocab_size": V,
+            "n_positions": T,
+            "activation_function": config.activation_function,
+            "layer_norm_epsilon": config.layer_norm_epsilon,
+            "initializer_range": config.initializer_range,
+            "tie_word_embeddings": config.tie_word_embeddings,
+            "scale_attn_weights": config.scale_attn_weights,
+            "scale_attn_by_inverse_layer_idx": config.scale_attn_by_inverse_layer_idx,
+            "reorder_and_upcast_attn": config.reorder_and_upcast_attn,
+            "storage_dtype": spec["dtype"],
+            "key_layout": spec["layout"],
+        },
+        "logits": {
+            "file": "logits.npy",
+            "shape": [T, V],
+            "max_abs": float(logits.abs().max()),
+            "std": float(logits.std()),
+            "max_abs_change_if": sens,
+        },
+    }
+    (out / "reference.json").write_text(dump_json(ref))
+    os.chmod(out / "reference.json", 0o644)
+
+    files = {f.name: f.stat().st_size for f in sorted(out.iterdir())}
+    log(f"[{name}] min_margin={min_margin:.4g} checks={checks} sensitivity={sens} files={files}")
+    return {"case": name, "min_margin": min_margin, "checks": checks, "files": files}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "fixtures")
+    ap.add_argument("--only", nargs="*", help="case names to build (default: all)")
+    args = ap.parse_args()
+    setup_determinism()
+    names = [c["case"] for c in CASES]
+    for n in args.only or []:
+        if n not in names:
+            ap.error(f"unknown case {n!r}; known: {names}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for spec in CASES:
+        if args.only and spec["case"] not in args.only:
+            continue
+        res = make_case(spec, args.out)
+        total += sum(res["files"].values())
+    log(f"total bytes written: {total}")
+
+
+if __name__ == "__main__":
+    main()
