@@ -1,0 +1,89 @@
+//! The `host` command line, as users and outside checks call it.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn host() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_host"))
+}
+
+/// Converts a fixture with the real `host-tools` binary logic (library call) into a temp file.
+fn fixture_blob(case: &str) -> PathBuf {
+    let dir = root().join("tests/fixtures").join(case);
+    let conv = host_tools::convert::convert(&dir, &Default::default()).unwrap();
+    let out = std::env::temp_dir().join(format!("host-cli-{case}-{}.blob", std::process::id()));
+    std::fs::write(&out, conv.blob).unwrap();
+    out
+}
+
+fn reference(case: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(root().join("tests/fixtures").join(case).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn join(ids: &serde_json::Value) -> String {
+    ids.as_array().unwrap().iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
+}
+
+#[test]
+fn logits_writes_the_reference_logits() {
+    let blob = fixture_blob("odd");
+    let r = reference("odd");
+    let out = std::env::temp_dir().join(format!("host-cli-logits-{}.npy", std::process::id()));
+    let st = host().args(["logits", "--model"]).arg(&blob).args(["--ids", &join(&r["input_ids"]), "--out"]).arg(&out).status().unwrap();
+    assert!(st.success());
+    let (shape, got) = host_tools::npy::read_f32(&out).unwrap();
+    let (want_shape, want) = host_tools::npy::read_f32(&root().join("tests/fixtures/odd/logits.npy")).unwrap();
+    assert_eq!(shape, want_shape);
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs() / (1e-4 + 1e-4 * b.abs())).fold(0.0f32, f32::max);
+    assert!(worst <= 1.0, "logits off by {worst} x tolerance");
+}
+
+#[test]
+fn greedy_print_ids_matches_transformers() {
+    for case in ["tiny", "untied"] {
+        let blob = fixture_blob(case);
+        let r = reference(case);
+        let want = join(&r["greedy"]["new_ids"]);
+        let n = r["greedy"]["new_ids"].as_array().unwrap().len();
+        let out = host()
+            .arg("--model")
+            .arg(&blob)
+            .args(["--ids", &join(&r["greedy"]["prompt_ids"]), "-n", &n.to_string(), "--greedy", "--print-ids"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(stdout.lines().last().unwrap(), want, "{case}");
+    }
+}
+
+/// Errors: non-zero exit, exactly one line on stderr, no panic message.
+fn assert_one_line_error(args: &[&str], needle: &str) {
+    let out = host().args(args).output().unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: stderr has several lines:\n{err}");
+    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    let blob = fixture_blob("tiny");
+    let b = blob.to_str().unwrap();
+    assert_one_line_error(&["--model", b, "--ids", "1,2,64", "-n", "3", "--greedy"], "token id 64 is out of range (vocab_size 64)");
+    assert_one_line_error(&["--model", b, "--ids", "1,x", "-n", "3"], "invalid value");
+    assert_one_line_error(&["--model", "/nonexistent.blob", "--ids", "1", "-n", "3"], "not found");
+    assert_one_line_error(&["--bogus-flag"], "--bogus-flag");
+    let ids: Vec<String> = (0..33).map(|i| (i % 64).to_string()).collect();
+    assert_one_line_error(&["logits", "--model", b, "--ids", &ids.join(","), "--out", "/tmp/x.npy"], "33 ids do not fit");
+    assert_one_line_error(&["--model", b, "--ids", &ids.join(","), "-n", "1", "--greedy"], "context full");
+    let garbage = std::env::temp_dir().join("host-cli-garbage.blob");
+    std::fs::write(&garbage, b"this is not a blob, just some bytes that are long enough").unwrap();
+    assert_one_line_error(&["--model", garbage.to_str().unwrap(), "--ids", "1"], "not a model blob");
+}

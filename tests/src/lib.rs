@@ -1,0 +1,103 @@
+//! Helpers shared by the reference tests: fixture paths, the tolerance table, comparisons that
+//! name what failed, and a converted-blob cache.
+//!
+//! Fixtures come from `tests/make_fixtures.py` (Hugging Face transformers, pinned versions in
+//! `tests/requirements.txt`); `cargo test` never needs Python.
+
+use std::path::{Path, PathBuf};
+
+use host_tools::blob_file::BlobFile;
+use host_tools::convert::{convert, ConvertOptions, WeightDType};
+use serde_json::Value;
+
+/// How close our numbers must be to the reference: `|ours - ref| <= abs + rel * |ref|`.
+#[derive(Debug, Clone, Copy)]
+pub struct Tolerance {
+    /// Absolute part.
+    pub abs: f32,
+    /// Relative part.
+    pub rel: f32,
+}
+
+/// The one tolerance table. f32 weights: the core contract against PyTorch f32. f16-stored
+/// checkpoints are compared with the f32 forward pass of the f16-rounded weights, so the same
+/// bound applies; a blob narrowed to f16 by `--dtype f16` is compared with looser bounds.
+pub mod tolerance {
+    use super::Tolerance;
+    /// f32 forward pass vs PyTorch f32.
+    pub const F32: Tolerance = Tolerance { abs: 1e-4, rel: 1e-4 };
+    /// f32 checkpoint converted to f16 weights vs PyTorch f32 (weight rounding 2^-11 relative).
+    pub const F16_WEIGHTS: Tolerance = Tolerance { abs: 2e-2, rel: 2e-2 };
+}
+
+/// Root of the workspace.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// `tests/fixtures/<case>`, checked to exist with a hint on how to regenerate it.
+pub fn fixture_dir(case: &str) -> PathBuf {
+    let dir = workspace_root().join("tests/fixtures").join(case);
+    assert!(
+        dir.join("reference.json").exists(),
+        "fixture {} is missing; regenerate with: python3 -m venv .venv && .venv/bin/pip install -r tests/requirements.txt && .venv/bin/python tests/make_fixtures.py",
+        dir.display()
+    );
+    dir
+}
+
+/// The fixture cases made by `tests/make_fixtures.py`.
+pub const CASES: [&str; 6] = ["tiny", "odd", "fp16", "bf16", "hub_layout", "untied"];
+
+/// Parsed `reference.json`.
+pub fn reference(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json readable");
+    serde_json::from_str(&text).expect("reference.json is JSON")
+}
+
+/// A JSON array of integers as `Vec<u32>`.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().expect("array of ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+/// Converts a checkpoint directory to a blob held in aligned memory.
+pub fn convert_dir(dir: &Path, dtype: WeightDType) -> BlobFile {
+    let opts = ConvertOptions { dtype, ..ConvertOptions::default() };
+    let conv = convert(dir, &opts).unwrap_or_else(|e| panic!("converting {}: {e:#}", dir.display()));
+    BlobFile::from_bytes(&conv.blob)
+}
+
+/// Reads `logits.npy` of a fixture: (rows, cols, data).
+pub fn reference_logits(dir: &Path) -> (usize, usize, Vec<f32>) {
+    let (shape, data) = host_tools::npy::read_f32(&dir.join("logits.npy")).expect("logits.npy");
+    assert_eq!(shape.len(), 2, "logits.npy must be 2-D");
+    (shape[0] as usize, shape[1] as usize, data)
+}
+
+/// Compares `ours` with `reference` (row-major, `cols` wide). Panics naming `what`, the worst
+/// element (row, col), its values and the max absolute error.
+pub fn assert_close(what: &str, ours: &[f32], reference: &[f32], cols: usize, tol: Tolerance) {
+    assert_eq!(ours.len(), reference.len(), "{what}: length {} vs reference {}", ours.len(), reference.len());
+    let mut worst = (0usize, 0.0f32, 0.0f32); // index, excess ratio, abs err
+    let mut max_abs = 0.0f32;
+    for (i, (&a, &b)) in ours.iter().zip(reference).enumerate() {
+        let err = (a - b).abs();
+        let ratio = if err.is_nan() { f32::INFINITY } else { err / (tol.abs + tol.rel * b.abs()) };
+        max_abs = max_abs.max(err);
+        if ratio > worst.1 {
+            worst = (i, ratio, err);
+        }
+    }
+    if worst.1 > 1.0 {
+        let (i, _, err) = worst;
+        panic!(
+            "{what}: max abs error {max_abs:.3e}; worst at row {} col {}: ours {} vs reference {} (error {err:.3e} > {} + {}·|ref|)",
+            i / cols.max(1),
+            i % cols.max(1),
+            ours[i],
+            reference[i],
+            tol.abs,
+            tol.rel
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! The runtime against Hugging Face transformers: logits at every position of a full-context
+//! sequence, greedy continuations, and prefill/decode equivalence, for every fixture case.
+
+use host_tools::convert::WeightDType;
+use reference_tests::*;
+use runtime::{Session, SessionSizes};
+
+/// Runs `tokens` through a fresh session with prefill batches of `batch` tokens and returns the
+/// logits after every token.
+fn logits_with_batch(model: &runtime::Model<'_>, tokens: &[u32], batch: usize) -> Vec<f32> {
+    let cfg = model.config();
+    let cap = cfg.n_ctx();
+    let sizes = SessionSizes::new(cfg, cap, batch);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(model, &mut arena, &mut kv, cap).unwrap();
+    assert_eq!(s.batch(), batch.min(cap));
+    let v = cfg.vocab_size();
+    let mut out = vec![0.0; tokens.len() * v];
+    s.prefill_each(tokens, |i, l| out[i * v..(i + 1) * v].copy_from_slice(l)).unwrap();
+    out
+}
+
+fn argmax(l: &[f32]) -> u32 {
+    (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b]).then(b.cmp(&a))).unwrap() as u32
+}
+
+#[test]
+fn logits_match_transformers_at_every_position() {
+    for case in CASES {
+        let dir = fixture_dir(case);
+        let r = reference(&dir);
+        let input = ids(&r["input_ids"]);
+        let (rows, cols, want) = reference_logits(&dir);
+        let blob = convert_dir(&dir, WeightDType::F32);
+        let model = blob.model().unwrap();
+        assert_eq!((rows, cols), (input.len(), model.config().vocab_size()), "{case}: fixture shape");
+        assert_eq!(input.len(), model.config().n_ctx(), "{case}: the sequence fills the whole context");
+        let got = logits_with_batch(&model, &input, 64);
+        assert_close(&format!("{case}: logits"), &got, &want, cols, tolerance::F32);
+    }
+}
+
+#[test]
+fn greedy_continuations_are_identical() {
+    for case in CASES {
+        let dir = fixture_dir(case);
+        let r = reference(&dir);
+        let prompt = ids(&r["greedy"]["prompt_ids"]);
+        let want = ids(&r["greedy"]["new_ids"]);
+        let blob = convert_dir(&dir, WeightDType::F32);
+        let model = blob.model().unwrap();
+        let cfg = model.config();
+        let sizes = SessionSizes::new(cfg, cfg.n_ctx(), 8);
+        let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+        let mut s = Session::new(&model, &mut arena, &mut kv, cfg.n_ctx()).unwrap();
+        let mut next = argmax(s.prefill(&prompt).unwrap());
+        let mut got = vec![next];
+        while got.len() < want.len() {
+            next = argmax(s.decode(next).unwrap());
+            got.push(next);
+        }
+        assert_eq!(got, want, "{case}: greedy ids differ from transformers");
+    }
+}
+
+/// Batched prefill, odd batch sizes and one-token-at-a-time decode compute the same dot
+/// products in the same order, so they must agree bit for bit.
+#[test]
+fn prefill_then_decode_equals_one_token_at_a_time() {
+    for case in CASES {
+        let dir = fixture_dir(case);
+        let input = ids(&reference(&dir)["input_ids"]);
+        let blob = convert_dir(&dir, WeightDType::F32);
+        let model = blob.model().unwrap();
+        let one_by_one = logits_with_batch(&model, &input, 1);
+        for batch in [3, 7, 64] {
+            let batched = logits_with_batch(&model, &input, batch);
+            assert!(batched == one_by_one, "{case}: batch {batch} differs from token-at-a-time");
+        }
+        // prefill half, then decode the rest one by one
+        let cfg = model.config();
+        let v = cfg.vocab_size();
+        let sizes = SessionSizes::new(cfg, cfg.n_ctx(), 16);
+        let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+        let mut s = Session::new(&model, &mut arena, &mut kv, cfg.n_ctx()).unwrap();
+        let half = input.len() / 2;
+        let last = s.prefill(&input[..half]).unwrap().to_vec();
+        assert!(last[..] == one_by_one[(half - 1) * v..half * v], "{case}: prefill's last logits");
+        for (i, &t) in input.iter().enumerate().skip(half) {
+            let l = s.decode(t).unwrap();
+            assert!(l[..] == one_by_one[i * v..(i + 1) * v], "{case}: decode at position {i}");
+        }
+    }
+}
+
+#[test]
+fn f16_weights_stay_close_to_f32() {
+    let dir = fixture_dir("odd");
+    let input = ids(&reference(&dir)["input_ids"]);
+    let (_, cols, want) = reference_logits(&dir);
+    let blob = convert_dir(&dir, WeightDType::F16);
+    let model = blob.model().unwrap();
+    assert_eq!(model.weight_dtype(), runtime::blob::DType::F16);
+    let got = logits_with_batch(&model, &input, 16);
+    assert_close("odd as f16: logits", &got, &want, cols, tolerance::F16_WEIGHTS);
+}
+
+#[test]
+fn full_context_then_one_more_is_context_full_and_changes_nothing() {
+    let dir = fixture_dir("tiny");
+    let input = ids(&reference(&dir)["input_ids"]);
+    let blob = convert_dir(&dir, WeightDType::F32);
+    let model = blob.model().unwrap();
+    let cfg = model.config();
+    let sizes = SessionSizes::new(cfg, cfg.n_ctx(), 4);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, cfg.n_ctx()).unwrap();
+    let before = s.prefill(&input).unwrap().to_vec();
+    let err = s.decode(1).unwrap_err();
+    assert_eq!(err, runtime::Error::ContextFull { used: 32, adding: 1, capacity: 32 });
+    assert_eq!(s.pos(), 32);
+    assert_eq!(s.logits().unwrap().to_vec(), before, "logits survive a rejected token");
+    let err = s.decode(cfg.vocab_size).unwrap_err();
+    assert!(matches!(err, runtime::Error::InvalidToken { id: 64, vocab_size: 64 }));
+}
