@@ -62,6 +62,23 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Measure prefill and decode speed (tokens/s, median of several runs).
+    Bench {
+        #[command(flatten)]
+        model: ModelArg,
+        /// Prompt length for the prefill measurement.
+        #[arg(long, default_value_t = 128)]
+        prompt_len: usize,
+        /// Tokens to decode after the prompt.
+        #[arg(short = 'n', long = "max-tokens", default_value_t = 32)]
+        n: usize,
+        /// Repetitions (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Tokens per prefill batch (weights are read once per batch).
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+    },
 }
 
 /// Owns the buffers a session borrows (a board would use `static` arrays instead).
@@ -156,9 +173,49 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn cmd_bench(model_path: &PathBuf, prompt_len: usize, n: usize, runs: usize, batch: usize) -> Result<()> {
+    use std::time::Instant;
+    let file = load(model_path)?;
+    let model = file.model()?;
+    let cfg = *model.config();
+    let capacity = prompt_len + n;
+    if prompt_len == 0 || n == 0 || runs == 0 || capacity > cfg.n_ctx() {
+        bail!("need prompt_len ≥ 1, n ≥ 1, runs ≥ 1 and prompt_len + n ≤ n_ctx ({})", cfg.n_ctx());
+    }
+    let prompt: Vec<u32> = (0..prompt_len).map(|i| (i as u32 * 7919 + 13) % cfg.vocab_size).collect();
+    let mut buf = Buffers::new(&model, capacity, batch.clamp(1, capacity));
+    let (mut pre, mut dec) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let mut s = Session::new(&model, &mut buf.arena, &mut buf.kv, capacity)?;
+        let t0 = Instant::now();
+        let mut next = argmax(s.prefill(&prompt)?);
+        let t1 = Instant::now();
+        for _ in 0..n {
+            next = argmax(s.decode(next)?);
+        }
+        let t2 = Instant::now();
+        pre.push(prompt_len as f64 / (t1 - t0).as_secs_f64());
+        dec.push(n as f64 / (t2 - t1).as_secs_f64());
+    }
+    let bytes = model.weight_bytes_per_token() as f64;
+    let (p, d) = (median(pre), median(dec));
+    println!("model: {} layers, n_embd {}, vocab {}, {} weights", cfg.n_layer, cfg.n_embd, cfg.vocab_size, model.weight_dtype().name());
+    println!("threads: 1   runs: {runs}   prompt: {prompt_len} tokens (batch {})   decode: {n} tokens", batch.clamp(1, capacity));
+    println!("prefill: {p:.1} tok/s");
+    println!("decode:  {d:.1} tok/s");
+    println!("weight bytes per decoded token: {:.1} MB  -> {:.2} GB/s streamed", bytes / 1e6, bytes * d / 1e9);
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
     match &cli.cmd {
         Some(Cmd::Logits { model, ids, out }) => cmd_logits(&model.model, ids, out),
+        Some(Cmd::Bench { model, prompt_len, n, runs, batch }) => cmd_bench(&model.model, *prompt_len, *n, *runs, *batch),
         None => cmd_generate(&cli.gen),
     }
 }
