@@ -3,6 +3,7 @@
 pub mod blob_file;
 pub mod blob_writer;
 pub mod convert;
+pub mod eval;
 pub mod hf;
 pub mod inspect;
 pub mod npy;

@@ -5,6 +5,7 @@
 pub mod blob;
 pub mod config;
 pub mod error;
+pub mod generate;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;

@@ -1,19 +1,32 @@
-//! `host`: the desktop emulator. Runs the same no_std runtime a board runs, with std around it
-//! for files and the terminal.
+//! `host`: the desktop emulator. Runs the same no_std runtime a board runs (model, session,
+//! tokenizer, sampler, generation loop), with std around it for files and the terminal.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use host_tools::blob_file::BlobFile;
+use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
+use runtime::sampler::{Sampler, SamplerConfig};
+use runtime::tokenizer::{Tokenizer, Utf8Stream};
 use runtime::{Model, Session, SessionSizes};
 
 /// The default model shipped in the repository.
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
 
+/// Candidates the host's sampler can keep (upper bound for --top-k).
+const MAX_TOP_K: usize = 1024;
+
 #[derive(Parser)]
-#[command(name = "host", version, about = "GPT-2 on the desktop, with the microcontroller runtime", args_conflicts_with_subcommands = true)]
+#[command(
+    name = "host",
+    version,
+    about = "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -32,21 +45,49 @@ struct ModelArg {
 struct GenerateArgs {
     #[command(flatten)]
     model: ModelArg,
-    /// Prompt token ids, comma-separated (instead of --prompt).
+    /// Prompt text (needs a blob with a tokenizer). Without --prompt or --ids, generation starts
+    /// from the model's beginning-of-text token.
+    #[arg(long, conflicts_with = "ids")]
+    prompt: Option<String>,
+    /// Prompt token ids, comma-separated.
     #[arg(long, value_delimiter = ',')]
     ids: Option<Vec<u32>>,
     /// Tokens to generate.
-    #[arg(short = 'n', long = "max-tokens", default_value_t = 200)]
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
     n: usize,
-    /// Always take the most likely token.
+    /// Always take the most likely token (same as --temperature 0).
     #[arg(long)]
     greedy: bool,
-    /// Print the generated ids, comma-separated, as the last line of stdout.
+    /// Softmax temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Keep the k most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Nucleus sampling threshold in (0, 1] (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Repetition penalty (1 = off, >1 discourages repeats).
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    /// PRNG seed (the same seed draws the same tokens on every target).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Stop when this text is generated (it is not printed).
     #[arg(long)]
-    print_ids: bool,
+    stop: Option<String>,
+    /// Keep going past the end of text token.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// When the context is full, keep its last half, re-prefill and continue (else stop).
+    #[arg(long)]
+    context_shift: bool,
     /// KV-cache capacity in tokens (default: the model's n_ctx).
     #[arg(long)]
     ctx: Option<usize>,
+    /// Print the generated ids, comma-separated, as the last line of stdout.
+    #[arg(long)]
+    print_ids: bool,
 }
 
 #[derive(Subcommand)]
@@ -61,6 +102,37 @@ enum Cmd {
         /// Output .npy file.
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Print the token ids of a text, comma-separated, as the last line of stdout.
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArg,
+        /// Text to encode.
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        text: Option<String>,
+        /// File whose contents to encode (UTF-8).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Print the text of a list of token ids.
+    Detokenize {
+        #[command(flatten)]
+        model: ModelArg,
+        /// Token ids, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<u32>,
+    },
+    /// Mean cross-entropy (nats/token) and perplexity of a text file, with a sliding window
+    /// (stride half the window) when it is longer than the context.
+    Perplexity {
+        #[command(flatten)]
+        model: ModelArg,
+        /// Text file (UTF-8).
+        #[arg(long)]
+        file: PathBuf,
+        /// Window in tokens (default: the model's n_ctx).
+        #[arg(long)]
+        ctx: Option<usize>,
     },
     /// Measure prefill and decode speed (tokens/s, median of several runs).
     Bench {
@@ -81,7 +153,7 @@ enum Cmd {
     },
 }
 
-/// Owns the buffers a session borrows (a board would use `static` arrays instead).
+/// Owns the buffers a session borrows (a board uses `static` arrays instead).
 struct Buffers {
     arena: Vec<f32>,
     kv: Vec<f32>,
@@ -94,7 +166,7 @@ impl Buffers {
     }
 }
 
-fn load(path: &PathBuf) -> Result<BlobFile> {
+fn load(path: &Path) -> Result<BlobFile> {
     if !path.exists() {
         if path.as_os_str() == DEFAULT_MODEL {
             bail!("the default model is missing at {} (pass --model BLOB)", path.display());
@@ -102,6 +174,18 @@ fn load(path: &PathBuf) -> Result<BlobFile> {
         bail!("model file {} not found", path.display());
     }
     BlobFile::read(path)
+}
+
+fn tokenizer<'m>(model: &'m Model<'_>) -> Result<&'m Tokenizer<'m>> {
+    model.tokenizer().context("this blob has no tokenizer; pass token ids with --ids")
+}
+
+fn encode(tok: &Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
+    // byte-level BPE never yields more tokens than bytes
+    let mut ids = vec![0u32; text.len().max(1)];
+    let n = tok.encode(text, &mut ids)?;
+    ids.truncate(n);
+    Ok(ids)
 }
 
 fn capacity_for(model: &Model<'_>, ctx: Option<usize>) -> Result<usize> {
@@ -113,7 +197,11 @@ fn capacity_for(model: &Model<'_>, ctx: Option<usize>) -> Result<usize> {
     }
 }
 
-fn cmd_logits(model_path: &PathBuf, ids: &[u32], out: &PathBuf) -> Result<()> {
+fn join_ids(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn cmd_logits(model_path: &Path, ids: &[u32], out: &Path) -> Result<()> {
     let file = load(model_path)?;
     let model = file.model()?;
     let v = model.config().vocab_size();
@@ -130,6 +218,187 @@ fn cmd_logits(model_path: &PathBuf, ids: &[u32], out: &PathBuf) -> Result<()> {
     Ok(())
 }
 
+fn cmd_generate(args: &GenerateArgs) -> Result<()> {
+    let file = load(&args.model.model)?;
+    let model = file.model()?;
+    let cfg = *model.config();
+    let capacity = capacity_for(&model, args.ctx)?;
+    let tok = model.tokenizer();
+    let prompt: Vec<u32> = match (&args.prompt, &args.ids) {
+        (Some(text), _) => encode(tokenizer(&model)?, text)?,
+        (None, Some(ids)) => ids.clone(),
+        (None, None) => vec![cfg.bos_token_id],
+    };
+    if prompt.is_empty() {
+        bail!("the prompt is empty (it encodes to no tokens)");
+    }
+    if prompt.len() > capacity {
+        bail!("the prompt has {} tokens but the context holds {capacity} (shorten it or raise --ctx)", prompt.len());
+    }
+    let sampler_cfg = SamplerConfig {
+        temperature: if args.greedy { 0.0 } else { args.temperature },
+        top_k: args.top_k,
+        top_p: args.top_p,
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+    };
+    let mut sampler = Sampler::<MAX_TOP_K>::new(sampler_cfg).map_err(|e| match e {
+        runtime::Error::BadSamplerParam { what } => anyhow::anyhow!(
+            "invalid {what:?}: temperature must be ≥ 0, top-k ≤ {MAX_TOP_K}, top-p in (0, 1], repetition penalty > 0"
+        ),
+        e => e.into(),
+    })?;
+    let mut buf = Buffers::new(&model, capacity, capacity.min(64));
+    let mut session = Session::new(&model, &mut buf.arena, &mut buf.kv, capacity)?;
+    let (arena_bytes, kv_bytes) = session.memory_bytes();
+    let mut window = vec![0u32; capacity];
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    // Echo a text prompt so the stream reads as one text.
+    if let Some(p) = &args.prompt {
+        write!(out, "{p}")?;
+    }
+    let stream_text = tok.is_some();
+    let mut utf8 = Utf8Stream::new();
+    let mut stop = StopMatcher::new(args.stop.as_deref().unwrap_or("").as_bytes());
+    let mut generated = Vec::with_capacity(args.n);
+    let opts = GenerateOptions { max_tokens: args.n, stop_at_eos: !args.ignore_eos, context_shift: args.context_shift };
+    let t0 = Instant::now();
+    let mut first_token_at = None;
+    let mut write_err = None;
+    let summary = generate(&mut session, &mut sampler, &prompt, &mut window, &opts, |id| {
+        first_token_at.get_or_insert_with(Instant::now);
+        generated.push(id);
+        let Some(tok) = tok else { return Control::Continue };
+        let mut stopped = false;
+        for &b in tok.token_bytes(id).unwrap_or(&[]) {
+            let mut emit = |bytes: &[u8]| {
+                for piece in utf8.push(bytes) {
+                    if let Err(e) = out.write_all(piece.as_bytes()) {
+                        write_err.get_or_insert(e);
+                    }
+                }
+            };
+            if stop.push(b, &mut emit) {
+                stopped = true;
+                break;
+            }
+        }
+        let _ = out.flush();
+        if stopped || write_err.is_some() {
+            Control::Stop
+        } else {
+            Control::Continue
+        }
+    })?;
+    let t_end = Instant::now();
+    if stream_text {
+        if !matches!(summary.reason, StopReason::Stopped) {
+            stop.flush(|bytes| {
+                for piece in utf8.push(bytes) {
+                    let _ = out.write_all(piece.as_bytes());
+                }
+            });
+        }
+        write!(out, "{}", utf8.finish())?;
+        writeln!(out)?;
+    }
+    if let Some(e) = write_err {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
+    if args.print_ids || !stream_text {
+        writeln!(out, "{}", join_ids(&generated))?;
+    }
+    out.flush()?;
+
+    let prefill_s = first_token_at.map_or(0.0, |t| (t - t0).as_secs_f64());
+    let decode_s = first_token_at.map_or(0.0, |t| (t_end - t).as_secs_f64());
+    let decoded = generated.len().saturating_sub(1);
+    let reason = match summary.reason {
+        StopReason::Eos => "end-of-text token".to_string(),
+        StopReason::MaxTokens => format!("{} tokens generated", summary.generated),
+        StopReason::Stopped => "stop string".to_string(),
+        StopReason::ContextFull { capacity } => {
+            format!("context full ({capacity} tokens; use --context-shift to keep going)")
+        }
+        StopReason::Error(e) => format!("error: {e}"),
+    };
+    eprintln!("---");
+    eprintln!("stopped: {reason}");
+    eprintln!("prompt tokens: {}   generated: {}   context shifts: {}", prompt.len(), summary.generated, summary.shifts);
+    eprintln!(
+        "prefill: {:.1} tok/s   decode: {:.1} tok/s",
+        prompt.len() as f64 / prefill_s.max(1e-9),
+        if decoded > 0 { decoded as f64 / decode_s.max(1e-9) } else { 0.0 }
+    );
+    eprintln!(
+        "memory: arena {arena_bytes} B + KV cache {kv_bytes} B (2 · {} layers · {capacity} ctx · {} embd · 4 B)",
+        cfg.n_layer, cfg.n_embd
+    );
+    if let StopReason::Error(e) = summary.reason {
+        bail!("generation stopped after {} tokens: {e}", summary.generated);
+    }
+    Ok(())
+}
+
+fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>) -> Result<()> {
+    let blob = load(model_path)?;
+    let model = blob.model()?;
+    let tok = tokenizer(&model)?;
+    let owned;
+    let text = match (text, file) {
+        (Some(t), _) => t,
+        (None, Some(f)) => {
+            owned = std::fs::read_to_string(f).with_context(|| format!("cannot read {} as UTF-8 text", f.display()))?;
+            &owned
+        }
+        (None, None) => bail!("give --text or --file"),
+    };
+    let ids = encode(tok, text)?;
+    eprintln!("{} tokens", ids.len());
+    println!("{}", join_ids(&ids));
+    Ok(())
+}
+
+fn cmd_detokenize(model_path: &Path, ids: &[u32]) -> Result<()> {
+    let blob = load(model_path)?;
+    let model = blob.model()?;
+    let tok = tokenizer(&model)?;
+    let mut bytes = Vec::new();
+    for &id in ids {
+        let b = tok.token_bytes(id).with_context(|| {
+            format!("token id {id} is out of range (vocab_size {})", tok.vocab_size())
+        })?;
+        bytes.extend_from_slice(b);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(&bytes)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn cmd_perplexity(model_path: &Path, file: &Path, ctx: Option<usize>) -> Result<()> {
+    let blob = load(model_path)?;
+    let model = blob.model()?;
+    let tok = tokenizer(&model)?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {} as UTF-8 text", file.display()))?;
+    let ids = encode(tok, &text)?;
+    if ids.len() < 2 {
+        bail!("{} has {} tokens; perplexity needs at least 2", file.display(), ids.len());
+    }
+    let window = capacity_for(&model, ctx)?;
+    let t0 = Instant::now();
+    let p = host_tools::eval::perplexity(&model, &ids, window)?;
+    eprintln!("{} tokens, window {window}, stride {}, {:.1} s", ids.len(), window / 2, t0.elapsed().as_secs_f64());
+    println!("tokens scored: {}", p.tokens);
+    println!("mean cross-entropy: {:.6} nats/token", p.mean());
+    println!("perplexity: {:.4}", p.perplexity());
+    Ok(())
+}
+
 fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
@@ -140,46 +409,12 @@ fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-fn cmd_generate(args: &GenerateArgs) -> Result<()> {
-    let file = load(&args.model.model)?;
-    let model = file.model()?;
-    let capacity = capacity_for(&model, args.ctx)?;
-    let prompt = args.ids.clone().context("give the prompt as --ids (text prompts need a tokenizer)")?;
-    if prompt.is_empty() {
-        bail!("the prompt is empty");
-    }
-    let mut buf = Buffers::new(&model, capacity, capacity.min(64));
-    let mut session = Session::new(&model, &mut buf.arena, &mut buf.kv, capacity)?;
-    let mut generated = Vec::with_capacity(args.n);
-    if args.n > 0 {
-        let mut next = argmax(session.prefill(&prompt)?);
-        loop {
-            generated.push(next);
-            if generated.len() == args.n {
-                break;
-            }
-            match session.decode(next) {
-                Ok(logits) => next = argmax(logits),
-                Err(e) => {
-                    eprintln!("stopped after {} tokens: {e}", generated.len());
-                    break;
-                }
-            }
-        }
-    }
-    if args.print_ids {
-        println!("{}", generated.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
-    }
-    Ok(())
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-fn cmd_bench(model_path: &PathBuf, prompt_len: usize, n: usize, runs: usize, batch: usize) -> Result<()> {
-    use std::time::Instant;
+fn cmd_bench(model_path: &Path, prompt_len: usize, n: usize, runs: usize, batch: usize) -> Result<()> {
     let file = load(model_path)?;
     let model = file.model()?;
     let cfg = *model.config();
@@ -188,7 +423,8 @@ fn cmd_bench(model_path: &PathBuf, prompt_len: usize, n: usize, runs: usize, bat
         bail!("need prompt_len ≥ 1, n ≥ 1, runs ≥ 1 and prompt_len + n ≤ n_ctx ({})", cfg.n_ctx());
     }
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i as u32 * 7919 + 13) % cfg.vocab_size).collect();
-    let mut buf = Buffers::new(&model, capacity, batch.clamp(1, capacity));
+    let batch = batch.clamp(1, capacity);
+    let mut buf = Buffers::new(&model, capacity, batch);
     let (mut pre, mut dec) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let mut s = Session::new(&model, &mut buf.arena, &mut buf.kv, capacity)?;
@@ -204,8 +440,14 @@ fn cmd_bench(model_path: &PathBuf, prompt_len: usize, n: usize, runs: usize, bat
     }
     let bytes = model.weight_bytes_per_token() as f64;
     let (p, d) = (median(pre), median(dec));
-    println!("model: {} layers, n_embd {}, vocab {}, {} weights", cfg.n_layer, cfg.n_embd, cfg.vocab_size, model.weight_dtype().name());
-    println!("threads: 1   runs: {runs}   prompt: {prompt_len} tokens (batch {})   decode: {n} tokens", batch.clamp(1, capacity));
+    println!(
+        "model: {} layers, n_embd {}, vocab {}, {} weights",
+        cfg.n_layer,
+        cfg.n_embd,
+        cfg.vocab_size,
+        model.weight_dtype().name()
+    );
+    println!("threads: 1   runs: {runs} (median)   prompt: {prompt_len} tokens (batch {batch})   decode: {n} tokens");
     println!("prefill: {p:.1} tok/s");
     println!("decode:  {d:.1} tok/s");
     println!("weight bytes per decoded token: {:.1} MB  -> {:.2} GB/s streamed", bytes / 1e6, bytes * d / 1e9);
@@ -215,6 +457,9 @@ fn cmd_bench(model_path: &PathBuf, prompt_len: usize, n: usize, runs: usize, bat
 fn run(cli: Cli) -> Result<()> {
     match &cli.cmd {
         Some(Cmd::Logits { model, ids, out }) => cmd_logits(&model.model, ids, out),
+        Some(Cmd::Tokenize { model, text, file }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref()),
+        Some(Cmd::Detokenize { model, ids }) => cmd_detokenize(&model.model, ids),
+        Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(&model.model, file, *ctx),
         Some(Cmd::Bench { model, prompt_len, n, runs, batch }) => cmd_bench(&model.model, *prompt_len, *n, *runs, *batch),
         None => cmd_generate(&cli.gen),
     }

@@ -82,7 +82,7 @@ fn bad_input_gets_one_clear_line() {
     assert_one_line_error(&["--bogus-flag"], "--bogus-flag");
     let ids: Vec<String> = (0..33).map(|i| (i % 64).to_string()).collect();
     assert_one_line_error(&["logits", "--model", b, "--ids", &ids.join(","), "--out", "/tmp/x.npy"], "33 ids do not fit");
-    assert_one_line_error(&["--model", b, "--ids", &ids.join(","), "-n", "1", "--greedy"], "context full");
+    assert_one_line_error(&["--model", b, "--ids", &ids.join(","), "-n", "1", "--greedy"], "the context holds 32");
     let garbage = std::env::temp_dir().join("host-cli-garbage.blob");
     std::fs::write(&garbage, b"this is not a blob, just some bytes that are long enough").unwrap();
     assert_one_line_error(&["--model", garbage.to_str().unwrap(), "--ids", "1"], "not a model blob");
