@@ -22,6 +22,10 @@ pub enum WeightDType {
     F32,
     /// 16-bit float (half the flash; computed in f32).
     F16,
+    /// Symmetric int8 per group of `--group` inputs, one f32 scale per group.
+    Q8,
+    /// Symmetric 4-bit per group, two per byte, one f32 scale per group.
+    Q4,
 }
 
 /// Options of `convert`.
@@ -35,12 +39,45 @@ pub struct ConvertOptions {
     pub progress: bool,
     /// Recorded as the blob's source (defaults to the directory name).
     pub source_name: Option<String>,
+    /// Quantization group along each row (q8/q4): the largest divisor of the row length that
+    /// is ≤ this and ≥ 8 is used per tensor.
+    pub group: usize,
+    /// Matrices kept in f32 whatever `dtype` says, by name (`wte`, `wpe`, `lm_head`,
+    /// `attn.c_attn`, `attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`).
+    pub keep_f32: Vec<String>,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        Self { dtype: WeightDType::F32, ctx: None, progress: false, source_name: None }
+        Self { dtype: WeightDType::F32, ctx: None, progress: false, source_name: None, group: 32, keep_f32: Vec::new() }
     }
+}
+
+/// Encodes a row-major `[rows, cols]` f32 matrix as q8 or q4 with groups of `group` (the
+/// quantizers are the runtime's own, so converter and kernels agree on rounding and packing).
+pub fn quantize_matrix(data: &[f32], rows: usize, cols: usize, group: usize, four_bit: bool) -> Vec<u8> {
+    let n = rows * cols;
+    let value_bytes = if four_bit { n / 2 } else { n };
+    let scales_at = value_bytes.div_ceil(16) * 16;
+    let mut out = vec![0u8; scales_at + n / group * 4];
+    let mut scales = Vec::with_capacity(n / group);
+    for (gi, xg) in data.chunks_exact(group).enumerate() {
+        let s = if four_bit {
+            runtime::kernels::quantize_group_q4(xg, &mut out[gi * group / 2..(gi + 1) * group / 2])
+        } else {
+            let q: &mut [i8] = bytemuck::cast_slice_mut(&mut out[gi * group..(gi + 1) * group]);
+            runtime::kernels::quantize_group_q8(xg, q)
+        };
+        scales.push(s);
+    }
+    out[scales_at..].copy_from_slice(bytemuck::cast_slice(&scales));
+    out
+}
+
+/// The group used for a row of `cols`: the largest divisor ≤ `want` and ≥ MIN_GROUP (even for
+/// q4), or None.
+pub fn pick_group(cols: usize, want: usize, four_bit: bool) -> Option<usize> {
+    (runtime::model::MIN_GROUP..=want.min(cols)).rev().find(|g| cols % g == 0 && (!four_bit || g % 2 == 0))
 }
 
 /// The result of a conversion.
@@ -155,8 +192,22 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
             _ if expected.len() == 2 => (expected[0], expected[1]),
             _ => (expected[0], 1),
         };
-        let (dtype, bytes) = match (role.is_matrix(), opts.dtype) {
+        let keep = opts.keep_f32.iter().any(|k| role.hf_suffix().starts_with(k.as_str()));
+        let (dtype, bytes) = match (role.is_matrix() && !keep, opts.dtype) {
             (true, WeightDType::F16) => (DType::F16, f16_bytes(&data)),
+            (true, q @ (WeightDType::Q8 | WeightDType::Q4)) => {
+                let four = q == WeightDType::Q4;
+                match pick_group(cols, opts.group, four) {
+                    Some(g) => {
+                        let dtype = if four { DType::Q4 { group_len: g as u32 } } else { DType::Q8 { group_len: g as u32 } };
+                        (dtype, quantize_matrix(&data, rows, cols, g, four))
+                    }
+                    None => {
+                        notes.push(format!("{name}: no quantization group ≥ 8 divides {cols}; kept as f16"));
+                        (DType::F16, f16_bytes(&data))
+                    }
+                }
+            }
             _ => (DType::F32, f32_bytes(&data)),
         };
         tensors.push(TensorData { role, layer, dtype, shape: [rows as u32, cols as u32], bytes });

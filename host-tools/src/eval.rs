@@ -1,7 +1,7 @@
 //! Evaluation helpers shared by `host perplexity` and the tests.
 
 use anyhow::Result;
-use runtime::{Model, Session, SessionSizes};
+use runtime::{KvDType, Model, Session, SessionSizes};
 
 /// Result of a perplexity run.
 #[derive(Debug, Clone, Copy)]
@@ -34,11 +34,11 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
 /// `window / 2` (Hugging Face's recipe): the first window scores all its tokens, each later
 /// window scores only its last `stride` tokens, each predicted from up to `window - 1` tokens
 /// of context. Every token but the first is scored exactly once.
-pub fn perplexity(model: &Model<'_>, ids: &[u32], window: usize) -> Result<Perplexity> {
+pub fn perplexity(model: &Model<'_>, ids: &[u32], window: usize, kv: KvDType) -> Result<Perplexity> {
     anyhow::ensure!(window >= 2, "the window must hold at least 2 tokens");
-    let sizes = SessionSizes::new(model.config(), window, window.min(64));
-    let (mut arena, mut kv) = (vec![0.0f32; sizes.arena_len], vec![0.0f32; sizes.kv_len]);
-    let mut s = Session::new(model, &mut arena, &mut kv, window)?;
+    let sizes = SessionSizes::with_kv(model.config(), window, window.min(64), kv);
+    let (mut arena, mut kv_buf) = (vec![0.0f32; sizes.arena_len], vec![0.0f32; sizes.kv_len]);
+    let mut s = Session::with_kv_dtype(model, &mut arena, &mut kv_buf, window, kv)?;
     let stride = window / 2;
     let (n, mut prev_end, mut out) = (ids.len(), 0usize, Perplexity { nll_sum: 0.0, tokens: 0 });
     let mut begin = 0;

@@ -32,6 +32,14 @@ enum Cmd {
         /// Keep only the first N positions (smaller blob; the model's context becomes N).
         #[arg(long)]
         ctx: Option<u32>,
+        /// Quantization group along each row for q8/q4 (per tensor, the largest divisor of the
+        /// row length that is ≤ this and ≥ 8).
+        #[arg(long, default_value_t = 32)]
+        group: usize,
+        /// Matrices to keep in f32, comma-separated: wte, wpe, lm_head, attn.c_attn,
+        /// attn.c_proj, mlp.c_fc, mlp.c_proj.
+        #[arg(long, value_delimiter = ',')]
+        keep_f32: Vec<String>,
     },
     /// Print a blob's config, tensor table, bytes per section and checksum status.
     Inspect {
@@ -67,8 +75,12 @@ enum Cmd {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Convert { hf_dir, out, dtype, ctx } => {
-            let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None };
+        Cmd::Convert { hf_dir, out, dtype, ctx, group, keep_f32 } => {
+            const NAMES: [&str; 7] = ["wte", "wpe", "lm_head", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"];
+            if let Some(bad) = keep_f32.iter().find(|k| !NAMES.contains(&k.as_str())) {
+                anyhow::bail!("--keep-f32 {bad:?}: expected some of {}", NAMES.join(", "));
+            }
+            let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None, group, keep_f32 };
             let conv = convert(&hf_dir, &opts)?;
             for note in &conv.notes {
                 eprintln!("note: {note}");

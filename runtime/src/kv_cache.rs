@@ -1,35 +1,82 @@
 //! The KV cache: keys and values of every position processed so far, for every layer, in a
-//! caller-provided buffer of fixed capacity.
+//! caller-provided buffer of fixed capacity, stored as f32, f16 or int8.
 //!
-//! Layout: `(n_layer, 2, capacity, C)` f32 — for layer l, `[0]` holds keys and `[1]` values;
-//! head h of position s is the D-wide slice `h·D..(h+1)·D` of row s. Prefill and decode append
-//! to the same cache; it never wraps: a full cache is reported as [`Error::ContextFull`] by the
-//! session before anything is written.
+//! Layout, in rows of C values: row `(layer·2 + kv)·capacity + pos`, kv 0 = key, 1 = value; head
+//! h is the D-wide slice `h·D..(h+1)·D` of a row. int8 rows carry one f32 scale per head
+//! (`(n_layer, 2, capacity, H)`, after all the values). Bytes: 2 · n_layer · capacity · C ·
+//! (4 | 2 | 1) plus, for int8, 2 · n_layer · capacity · H · 4. Prefill and decode append to the
+//! same cache; it never wraps: a full cache is reported as [`Error::ContextFull`] by the session
+//! before anything is written.
+
+use half::f16;
 
 use crate::error::Error;
+use crate::kernels::{axpy, dot_f16, dot_f32, quantize_group_q8};
+
+/// Storage type of cached keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvDType {
+    /// 4 bytes per value, exact.
+    #[default]
+    F32,
+    /// 2 bytes per value.
+    F16,
+    /// 1 byte per value plus an f32 scale per head per position.
+    I8,
+}
+
+impl KvDType {
+    /// Lowercase name (`f32`, `f16`, `int8`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            KvDType::F32 => "f32",
+            KvDType::F16 => "f16",
+            KvDType::I8 => "int8",
+        }
+    }
+}
 
 /// Keys and values of the positions seen so far (see the module docs for the layout).
 #[derive(Debug)]
 pub struct KvCache<'m> {
-    data: &'m mut [f32], // (n_layer, 2, capacity, C)
+    data: &'m mut [f32], // raw storage, viewed as f32 / f16 / i8 + f32 scales
+    dtype: KvDType,
     n_layer: usize,
     capacity: usize,
     n_embd: usize,
-    len: usize, // positions filled (the same for every layer once a token is done)
+    n_head: usize,
+    len: usize, // positions filled
 }
 
 impl<'m> KvCache<'m> {
-    /// f32 elements needed for `n_layer` layers of `capacity` positions of width `n_embd`.
-    pub const fn required_len(n_layer: usize, capacity: usize, n_embd: usize) -> usize {
-        2 * n_layer * capacity * n_embd
+    /// f32 elements (4-byte slots) of storage needed.
+    pub const fn required_len(dtype: KvDType, n_layer: usize, capacity: usize, n_embd: usize, n_head: usize) -> usize {
+        let values = 2 * n_layer * capacity * n_embd;
+        match dtype {
+            KvDType::F32 => values,
+            KvDType::F16 => values.div_ceil(2),
+            KvDType::I8 => values.div_ceil(4) + 2 * n_layer * capacity * n_head,
+        }
     }
 
     /// Wraps `data` (at least [`KvCache::required_len`] elements; extra is left unused).
-    pub fn new(data: &'m mut [f32], n_layer: usize, capacity: usize, n_embd: usize) -> Result<Self, Error> {
-        let needed = Self::required_len(n_layer, capacity, n_embd);
+    pub fn new(
+        data: &'m mut [f32],
+        dtype: KvDType,
+        n_layer: usize,
+        capacity: usize,
+        n_embd: usize,
+        n_head: usize,
+    ) -> Result<Self, Error> {
+        let needed = Self::required_len(dtype, n_layer, capacity, n_embd, n_head);
         let available = data.len();
         let data = data.get_mut(..needed).ok_or(Error::KvCacheTooSmall { needed, available })?;
-        Ok(Self { data, n_layer, capacity, n_embd, len: 0 })
+        Ok(Self { data, dtype, n_layer, capacity, n_embd, n_head: n_head.max(1), len: 0 })
+    }
+
+    /// Storage dtype.
+    pub fn dtype(&self) -> KvDType {
+        self.dtype
     }
 
     /// Positions that can be cached.
@@ -62,38 +109,87 @@ impl<'m> KvCache<'m> {
         self.data.len() * 4
     }
 
-    fn row_range(&self, layer: usize, kv: usize, pos: usize) -> core::ops::Range<usize> {
-        let start = ((layer * 2 + kv) * self.capacity + pos) * self.n_embd;
-        start..start + self.n_embd
+    fn head_dim(&self) -> usize {
+        self.n_embd / self.n_head
     }
 
-    /// Key row (C) of `layer` at `pos` (empty if out of range).
-    pub fn key(&self, layer: usize, pos: usize) -> &[f32] {
-        if layer >= self.n_layer || pos >= self.capacity {
-            return &[];
-        }
-        self.data.get(self.row_range(layer, 0, pos)).unwrap_or(&[])
+    /// Row number of (layer, kv, pos), or None when out of range.
+    fn row(&self, layer: usize, kv: usize, pos: usize) -> Option<usize> {
+        (layer < self.n_layer && pos < self.capacity).then_some((layer * 2 + kv) * self.capacity + pos)
     }
 
-    /// Value row (C) of `layer` at `pos` (empty if out of range).
-    pub fn value(&self, layer: usize, pos: usize) -> &[f32] {
-        if layer >= self.n_layer || pos >= self.capacity {
-            return &[];
-        }
-        self.data.get(self.row_range(layer, 1, pos)).unwrap_or(&[])
+    /// Split of int8 storage: (values, scales).
+    fn i8_parts(&self) -> (&[i8], &[f32]) {
+        let values = 2 * self.n_layer * self.capacity * self.n_embd;
+        let (v, s) = self.data.split_at(values.div_ceil(4).min(self.data.len()));
+        (bytemuck::cast_slice::<f32, i8>(v), s)
     }
 
-    /// Stores the key and value rows of `layer` at `pos` (ignored if out of range).
+    /// Stores the key and value rows (C each) of `layer` at `pos` (ignored if out of range).
     pub fn store(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
-        if layer >= self.n_layer || pos >= self.capacity {
-            return;
-        }
+        let (c, d, h) = (self.n_embd, self.head_dim(), self.n_head);
         for (kv, src) in [(0, key), (1, value)] {
-            let r = self.row_range(layer, kv, pos);
-            if let Some(dst) = self.data.get_mut(r) {
-                for (d, s) in dst.iter_mut().zip(src) {
-                    *d = *s;
+            let Some(row) = self.row(layer, kv, pos) else { return };
+            let r = row * c..(row + 1) * c;
+            match self.dtype {
+                KvDType::F32 => {
+                    if let Some(dst) = self.data.get_mut(r) {
+                        dst.iter_mut().zip(src).for_each(|(d, s)| *d = *s);
+                    }
                 }
+                KvDType::F16 => {
+                    let all: &mut [f16] = bytemuck::cast_slice_mut(self.data);
+                    if let Some(dst) = all.get_mut(r) {
+                        dst.iter_mut().zip(src).for_each(|(d, s)| *d = f16::from_f32(*s));
+                    }
+                }
+                KvDType::I8 => {
+                    let values = 2 * self.n_layer * self.capacity * c;
+                    let (v, s) = self.data.split_at_mut(values.div_ceil(4).min(self.data.len()));
+                    let v: &mut [i8] = bytemuck::cast_slice_mut(v);
+                    let (Some(dst), Some(scales)) = (v.get_mut(r), s.get_mut(row * h..(row + 1) * h)) else { return };
+                    for ((q, x), scale) in dst.chunks_exact_mut(d).zip(src.chunks_exact(d)).zip(scales) {
+                        *scale = quantize_group_q8(x, q);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `q · key[layer, pos, head]` (q is D wide); 0 when out of range.
+    #[inline]
+    pub fn score(&self, layer: usize, pos: usize, head: usize, q: &[f32]) -> f32 {
+        let (c, d) = (self.n_embd, self.head_dim());
+        let Some(row) = self.row(layer, 0, pos) else { return 0.0 };
+        let r = row * c + head * d..row * c + (head + 1) * d;
+        match self.dtype {
+            KvDType::F32 => dot_f32(q, self.data.get(r).unwrap_or(&[])),
+            KvDType::F16 => dot_f16(bytemuck::cast_slice::<f32, f16>(self.data).get(r).unwrap_or(&[]), q),
+            KvDType::I8 => {
+                let (v, s) = self.i8_parts();
+                let k = v.get(r).unwrap_or(&[]);
+                let dot: f32 = q.iter().zip(k).map(|(&a, &b)| a * b as f32).sum();
+                dot * s.get(row * self.n_head + head).copied().unwrap_or(0.0)
+            }
+        }
+    }
+
+    /// `out += p · value[layer, pos, head]` (out is D wide).
+    #[inline]
+    pub fn add_value(&self, layer: usize, pos: usize, head: usize, p: f32, out: &mut [f32]) {
+        let (c, d) = (self.n_embd, self.head_dim());
+        let Some(row) = self.row(layer, 1, pos) else { return };
+        let r = row * c + head * d..row * c + (head + 1) * d;
+        match self.dtype {
+            KvDType::F32 => axpy(out, p, self.data.get(r).unwrap_or(&[])),
+            KvDType::F16 => {
+                let v = bytemuck::cast_slice::<f32, f16>(self.data).get(r).unwrap_or(&[]);
+                out.iter_mut().zip(v).for_each(|(o, v)| *o += p * v.to_f32());
+            }
+            KvDType::I8 => {
+                let (v, s) = self.i8_parts();
+                let ps = p * s.get(row * self.n_head + head).copied().unwrap_or(0.0);
+                out.iter_mut().zip(v.get(r).unwrap_or(&[])).for_each(|(o, &v)| *o += ps * v as f32);
             }
         }
     }
@@ -107,30 +203,37 @@ mod tests {
     #[test]
     fn too_small_buffer_is_reported_with_numbers() {
         let mut buf = [0.0f32; 35];
-        let err = KvCache::new(&mut buf, 1, 6, 3).err();
+        let err = KvCache::new(&mut buf, KvDType::F32, 1, 6, 3, 1).err();
         assert_eq!(err, Some(Error::KvCacheTooSmall { needed: 36, available: 35 }));
+        // int8: 36 values -> 9 slots, plus 12 scales
+        assert_eq!(KvCache::required_len(KvDType::I8, 1, 6, 3, 1), 9 + 12);
+        assert_eq!(KvCache::required_len(KvDType::F16, 1, 6, 3, 1), 18);
     }
 
     /// The tutorial: decoding the third token from a cache that holds the first two gives the
-    /// same attention output z as attending over all three at once.
+    /// same attention output z as attending over all three at once, for every storage dtype.
     #[test]
     fn tutorial_decode_from_cache() {
         let h: [[f32; 3]; 3] = [[0.2, 1.0, 0.1], [0.9, 0.1, 0.4], [0.6, 0.4, 0.9]];
-        let mut buf = [0.0f32; 18];
-        let mut cache = KvCache::new(&mut buf, 1, 3, 3).unwrap();
-        // "prefill" the first two tokens (W_K = W_V = I)
-        cache.store(0, 0, &h[0], &h[0]);
-        cache.store(0, 1, &h[1], &h[1]);
-        cache.set_len(2);
-        // decode the third: append its k/v, attend with its q
-        cache.store(0, 2, &h[2], &h[2]);
-        cache.set_len(3);
-        let mut z = [0.0f32; 3];
-        let mut scores = [0.0f32; 3];
-        let c = &cache;
-        attend_head(&mut z, &h[2], |s| c.key(0, s), |s| c.value(0, s), 3, 1.0 / libm::sqrtf(3.0), &mut scores);
-        for (got, want) in z.iter().zip([0.59, 0.47, 0.52]) {
-            assert!((got - want).abs() < 0.005, "z {got} vs {want}");
+        for dtype in [KvDType::F32, KvDType::F16, KvDType::I8] {
+            let mut buf = [0.0f32; 40];
+            let mut cache = KvCache::new(&mut buf, dtype, 1, 3, 3, 1).unwrap();
+            // "prefill" the first two tokens (W_K = W_V = I)
+            cache.store(0, 0, &h[0], &h[0]);
+            cache.store(0, 1, &h[1], &h[1]);
+            cache.set_len(2);
+            // decode the third: append its k/v, attend with its q
+            cache.store(0, 2, &h[2], &h[2]);
+            cache.set_len(3);
+            let mut z = [0.0f32; 3];
+            let mut scores = [0.0f32; 3];
+            let c = &cache;
+            let scale = 1.0 / libm::sqrtf(3.0);
+            attend_head(&mut z, 3, scale, &mut scores, |s| c.score(0, s, 0, &h[2]), |s, p, o| c.add_value(0, s, 0, p, o));
+            // to 0.01, as the tutorial states (it mixes with weights rounded to two places)
+            for (got, want) in z.iter().zip([0.59, 0.47, 0.52]) {
+                assert!((got - want).abs() < 0.01, "{dtype:?}: z {got} vs {want}");
+            }
         }
     }
 }

@@ -15,6 +15,6 @@ pub mod tokenizer;
 
 pub use config::{Activation, Config};
 pub use error::Error;
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, KvDType};
 pub use model::Model;
 pub use session::{Session, SessionSizes};

@@ -21,6 +21,9 @@ struct TensorRef {
     cols: usize,
 }
 
+/// Smallest quantization group the runtime accepts (bounds the activation scratch).
+pub const MIN_GROUP: usize = 8;
+
 const NO_TENSOR: TensorRef = TensorRef { offset: 0, len: 0, dtype: DType::F32, rows: 0, cols: 0 };
 
 /// The data of a weight matrix `[rows, cols]`, row-major, in its stored dtype.
@@ -30,6 +33,24 @@ pub enum MatrixData<'a> {
     F32(&'a [f32]),
     /// f16 values, widened to f32 in the kernel.
     F16(&'a [f16]),
+    /// Symmetric int8 in groups of `group` along each row, one f32 scale per group.
+    Q8 {
+        /// `rows·cols` values.
+        values: &'a [i8],
+        /// `rows·cols/group` scales.
+        scales: &'a [f32],
+        /// Elements per scale (divides `cols`).
+        group: usize,
+    },
+    /// Symmetric 4-bit in groups, two values per byte (low nibble first, stored + 8).
+    Q4 {
+        /// `rows·cols/2` bytes.
+        packed: &'a [u8],
+        /// `rows·cols/group` scales.
+        scales: &'a [f32],
+        /// Elements per scale (even, divides `cols`).
+        group: usize,
+    },
 }
 
 /// A weight matrix `[rows, cols]` (rows = outputs, cols = inputs).
@@ -208,7 +229,9 @@ impl<'a> Model<'a> {
             let dtype_ok = match entry.dtype {
                 DType::F32 => true,
                 DType::F16 => role.is_matrix(),
-                DType::Q8 { .. } | DType::Q4 { .. } => false,
+                // groups of at least MIN_GROUP keep the activation-quantization scratch bounded
+                DType::Q8 { group_len } => role.is_matrix() && group_len as usize >= MIN_GROUP,
+                DType::Q4 { group_len } => role.is_matrix() && group_len as usize >= MIN_GROUP && group_len % 2 == 0,
             };
             if !dtype_ok {
                 return Err(Error::UnsupportedDType { role, dtype: entry.dtype.code() });
@@ -310,9 +333,26 @@ impl<'a> Model<'a> {
     }
 
     fn matrix(&self, t: TensorRef) -> Matrix<'a> {
+        let bytes = self.bytes(t);
+        let n = t.rows * t.cols;
+        // quantized data: values, then f32 scales at the next multiple of 16 bytes
+        let split = |value_bytes: usize, group: usize| {
+            let at = value_bytes.div_ceil(16) * 16;
+            let values = bytes.get(..value_bytes).unwrap_or(&[]);
+            let scales = bytes.get(at..at + n / group.max(1) * 4).unwrap_or(&[]);
+            (values, bytemuck::try_cast_slice::<u8, f32>(scales).unwrap_or(&[]))
+        };
         let data = match t.dtype {
-            DType::F16 => MatrixData::F16(bytemuck::try_cast_slice(self.bytes(t)).unwrap_or(&[])),
-            _ => MatrixData::F32(bytemuck::try_cast_slice(self.bytes(t)).unwrap_or(&[])),
+            DType::F32 => MatrixData::F32(bytemuck::try_cast_slice(bytes).unwrap_or(&[])),
+            DType::F16 => MatrixData::F16(bytemuck::try_cast_slice(bytes).unwrap_or(&[])),
+            DType::Q8 { group_len } => {
+                let (values, scales) = split(n, group_len as usize);
+                MatrixData::Q8 { values: bytemuck::cast_slice(values), scales, group: group_len as usize }
+            }
+            DType::Q4 { group_len } => {
+                let (packed, scales) = split(n / 2, group_len as usize);
+                MatrixData::Q4 { packed, scales, group: group_len as usize }
+            }
         };
         Matrix { rows: t.rows, cols: t.cols, data }
     }

@@ -2,8 +2,9 @@
 //! borrowed from the caller — and the forward pass that fills them.
 //!
 //! ```text
-//! arena (f32): x [B, C] | xn [B, C] | work [B, max(3C, I)] | scores [capacity] | logits [V]
-//! kv    (f32): (n_layer, 2, capacity, C)        B = tokens per batch (1 for decode)
+//! arena (f32): x [B, C] | xn [B, C] | work [B, max(3C, I)] | xq [B, Q] | scores [capacity] | logits [V]
+//! kv         : (n_layer, 2, capacity, C) as f32, f16 or int8 (+ scales)   B = tokens per batch
+//! Q = f32 slots to hold one int8-quantized activation row of max(C, I) (used by q8/q4 weights)
 //! ```
 //! Sizes come from [`SessionSizes`], a `const fn` of the config, so a board can size its
 //! `static` buffers at compile time.
@@ -11,8 +12,8 @@
 use crate::config::Config;
 use crate::error::Error;
 use crate::kernels;
-use crate::kv_cache::KvCache;
-use crate::model::{Matrix, MatrixData, Model};
+use crate::kv_cache::{KvCache, KvDType};
+use crate::model::{Model, MIN_GROUP};
 
 /// Buffer sizes (in f32 elements) for a session of a given context capacity and batch size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,26 +24,52 @@ pub struct SessionSizes {
     pub batch: usize,
     /// f32 elements of the activation arena.
     pub arena_len: usize,
-    /// f32 elements of the KV cache.
+    /// f32 elements (4-byte slots) of the KV cache.
     pub kv_len: usize,
+    /// Storage type of the KV cache.
+    pub kv_dtype: KvDType,
 }
 
 impl SessionSizes {
-    /// f32 elements of arena per token of batch: x, xn and the shared qkv/MLP work row.
+    /// f32 elements of arena per token of batch: x, xn, the shared qkv/MLP work row, and the
+    /// int8 copy of an activation row for quantized weights.
     pub const fn per_token(config: &Config) -> usize {
         let c = config.n_embd as usize;
-        let work = if 3 * c > config.n_inner as usize { 3 * c } else { config.n_inner as usize };
-        2 * c + work
+        let i = config.n_inner as usize;
+        let work = if 3 * c > i { 3 * c } else { i };
+        let widest = if c > i { c } else { i };
+        2 * c + work + kernels::quant_scratch_len(widest, MIN_GROUP)
     }
 
-    /// Sizes for `capacity` cached positions and batches of `batch` tokens.
+    const fn work_len(config: &Config) -> usize {
+        let (c, i) = (config.n_embd as usize, config.n_inner as usize);
+        if 3 * c > i {
+            3 * c
+        } else {
+            i
+        }
+    }
+
+    /// Sizes for `capacity` cached positions, batches of `batch` tokens and an f32 KV cache.
     pub const fn new(config: &Config, capacity: usize, batch: usize) -> Self {
+        Self::with_kv(config, capacity, batch, KvDType::F32)
+    }
+
+    /// Sizes with a KV cache stored as `kv_dtype`.
+    pub const fn with_kv(config: &Config, capacity: usize, batch: usize, kv_dtype: KvDType) -> Self {
         let batch = if batch == 0 { 1 } else { batch };
         SessionSizes {
             capacity,
             batch,
             arena_len: batch * Self::per_token(config) + capacity + config.vocab_size as usize,
-            kv_len: KvCache::required_len(config.n_layer as usize, capacity, config.n_embd as usize),
+            kv_len: KvCache::required_len(
+                kv_dtype,
+                config.n_layer as usize,
+                capacity,
+                config.n_embd as usize,
+                config.n_head as usize,
+            ),
+            kv_dtype,
         }
     }
 
@@ -51,7 +78,7 @@ impl SessionSizes {
         self.arena_len * 4
     }
 
-    /// Bytes of the KV cache: 2 · n_layer · capacity · n_embd · 4.
+    /// Bytes of the KV cache: 2 · n_layer · capacity · n_embd · (4 | 2 | 1) (+ int8 scales).
     pub const fn kv_bytes(&self) -> usize {
         self.kv_len * 4
     }
@@ -77,6 +104,18 @@ impl<'a> Session<'a> {
     /// `SessionSizes::new(config, capacity, 1).arena_len` f32; a larger arena allows larger
     /// prefill batches (up to `capacity`). `kv` must hold `SessionSizes::kv_len`.
     pub fn new(model: &'a Model<'a>, arena: &'a mut [f32], kv: &'a mut [f32], capacity: usize) -> Result<Self, Error> {
+        Self::with_kv_dtype(model, arena, kv, capacity, KvDType::F32)
+    }
+
+    /// Like [`Session::new`] with the KV cache stored as `kv_dtype` (`kv` sized by
+    /// [`SessionSizes::with_kv`]).
+    pub fn with_kv_dtype(
+        model: &'a Model<'a>,
+        arena: &'a mut [f32],
+        kv: &'a mut [f32],
+        capacity: usize,
+        kv_dtype: KvDType,
+    ) -> Result<Self, Error> {
         let cfg = model.config();
         if capacity == 0 || capacity > cfg.n_ctx() {
             return Err(Error::BadCapacity { requested: capacity, n_ctx: cfg.n_ctx() });
@@ -86,7 +125,7 @@ impl<'a> Session<'a> {
             return Err(Error::ArenaTooSmall { needed: one.arena_len, available: arena.len() });
         }
         let batch = ((arena.len() - one.arena_len) / SessionSizes::per_token(cfg) + 1).min(capacity);
-        let cache = KvCache::new(kv, cfg.n_layer(), capacity, cfg.n_embd())?;
+        let cache = KvCache::new(kv, kv_dtype, cfg.n_layer(), capacity, cfg.n_embd(), cfg.n_head())?;
         Ok(Self { model, arena, cache, batch, has_logits: false })
     }
 
@@ -114,6 +153,11 @@ impl<'a> Session<'a> {
     pub fn memory_bytes(&self) -> (usize, usize) {
         let sizes = SessionSizes::new(self.model.config(), self.capacity(), self.batch);
         (sizes.arena_bytes(), self.cache.bytes())
+    }
+
+    /// Storage type of the KV cache.
+    pub fn kv_dtype(&self) -> KvDType {
+        self.cache.dtype()
     }
 
     /// Forgets all tokens (keeps the buffers).
@@ -192,11 +236,13 @@ impl<'a> Session<'a> {
         let (c, t_len) = (cfg.n_embd(), tokens.len());
         let (n_head, d) = (cfg.n_head(), cfg.head_dim());
         let p0 = self.cache.len();
-        let per_work = SessionSizes::per_token(&cfg) - 2 * c;
+        let per_work = SessionSizes::work_len(&cfg);
+        let per_q = SessionSizes::per_token(&cfg) - 2 * c - per_work;
 
         let (x, rest) = take(self.arena, self.batch * c); //        residual stream (T, C)
         let (xn, rest) = take(rest, self.batch * c); //             normed / attention out (T, C)
         let (work, rest) = take(rest, self.batch * per_work); //    qkv (T, 3C) or MLP hidden (T, I)
+        let (xq, rest) = take(rest, self.batch * per_q); //         int8 activations for q8/q4
         let (scores, rest) = take(rest, self.cache.capacity()); //  attention scores (S)
         let (logits, _) = take(rest, cfg.vocab_size()); //          (V)
         let x = x.get_mut(..t_len * c).unwrap_or(&mut []);
@@ -205,8 +251,8 @@ impl<'a> Session<'a> {
         // token + position embeddings: x = wte[token] + wpe[pos]   (nn.Embedding ×2, add)
         let (wte, wpe) = (model.wte(), model.wpe());
         for (t, (&tok, xt)) in tokens.iter().zip(x.chunks_exact_mut(c)).enumerate() {
-            copy_row(xt, &wte, tok as usize);
-            add_row(xt, &wpe, p0 + t);
+            kernels::embedding_row(xt, &wte, tok as usize, false);
+            kernels::embedding_row(xt, &wpe, p0 + t, true);
         }
 
         for l in 0..cfg.n_layer() {
@@ -215,7 +261,7 @@ impl<'a> Session<'a> {
             kernels::layer_norm(xn, x, w.ln_1_weight, w.ln_1_bias, cfg.layer_norm_epsilon);
             // attn.c_attn: qkv = xn · W_attnᵀ + b   (T, 3C), split as q | k | v
             let qkv = work.get_mut(..t_len * 3 * c).unwrap_or(&mut []);
-            kernels::linear(qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false);
+            kernels::linear(qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false, xq);
             // append this batch's k and v to the cache (layer l)
             for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
                 let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
@@ -230,28 +276,26 @@ impl<'a> Session<'a> {
             for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
                 for (h, out_h) in out.chunks_exact_mut(d).enumerate().take(n_head) {
                     let q = row.get(h * d..(h + 1) * d).unwrap_or(&[]);
-                    let head = h * d..(h + 1) * d;
                     kernels::attend_head(
                         out_h,
-                        q,
-                        |s| cache.key(l, s).get(head.clone()).unwrap_or(&[]),
-                        |s| cache.value(l, s).get(head.clone()).unwrap_or(&[]),
                         p0 + t + 1,
                         scale,
                         scores,
+                        |s| cache.score(l, s, h, q),
+                        |s, p, o| cache.add_value(l, s, h, p, o),
                     );
                 }
             }
             // attn.c_proj, then the residual: x += attn · W_projᵀ + b
-            kernels::linear(x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true);
+            kernels::linear(x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true, xq);
             // ln_2
             kernels::layer_norm(xn, x, w.ln_2_weight, w.ln_2_bias, cfg.layer_norm_epsilon);
             // mlp.c_fc and the activation (GELU): h = act(xn · W_fcᵀ + b)   (T, I)
             let hidden = work.get_mut(..t_len * cfg.n_inner()).unwrap_or(&mut []);
-            kernels::linear(hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false);
+            kernels::linear(hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false, xq);
             kernels::activate(hidden, cfg.activation);
             // mlp.c_proj, then the residual: x += h · W_projᵀ + b
-            kernels::linear(x, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, true);
+            kernels::linear(x, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, true, xq);
         }
         self.cache.set_len(p0 + t_len);
 
@@ -263,35 +307,12 @@ impl<'a> Session<'a> {
                 continue;
             }
             kernels::layer_norm(xnt, xt, ln_f_w, ln_f_b, cfg.layer_norm_epsilon);
-            kernels::linear(logits, xnt, &head, &[], false);
+            kernels::linear(logits, xnt, &head, &[], false, xq);
             each(t, logits);
             self.has_logits = true;
         }
         if !wants_logits(t_len.saturating_sub(1)) {
             self.has_logits = false;
-        }
-    }
-}
-
-/// `dst = m[row]` (widened to f32).
-fn copy_row(dst: &mut [f32], m: &Matrix<'_>, row: usize) {
-    dst.iter_mut().for_each(|v| *v = 0.0);
-    add_row(dst, m, row);
-}
-
-/// `dst += m[row]` (widened to f32).
-fn add_row(dst: &mut [f32], m: &Matrix<'_>, row: usize) {
-    let r = row * m.cols..(row + 1) * m.cols;
-    match m.data {
-        MatrixData::F32(data) => {
-            for (d, s) in dst.iter_mut().zip(data.get(r).unwrap_or(&[])) {
-                *d += *s;
-            }
-        }
-        MatrixData::F16(data) => {
-            for (d, s) in dst.iter_mut().zip(data.get(r).unwrap_or(&[])) {
-                *d += s.to_f32();
-            }
         }
     }
 }

@@ -12,7 +12,7 @@ use host_tools::blob_file::BlobFile;
 use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::tokenizer::{Tokenizer, Utf8Stream};
-use runtime::{Model, Session, SessionSizes};
+use runtime::{KvDType, Model, Session, SessionSizes};
 
 /// The default model shipped in the repository.
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
@@ -39,6 +39,26 @@ struct ModelArg {
     /// Model blob (made by `host-tools convert`). Default: the model shipped in the repo.
     #[arg(long, default_value = DEFAULT_MODEL, hide_default_value = true)]
     model: PathBuf,
+    /// Storage of the KV cache: f32, f16 or int8 (one scale per head per position).
+    #[arg(long, value_enum, default_value = "f32")]
+    kv_dtype: KvArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum KvArg {
+    F32,
+    F16,
+    Int8,
+}
+
+impl KvArg {
+    fn dtype(self) -> KvDType {
+        match self {
+            KvArg::F32 => KvDType::F32,
+            KvArg::F16 => KvDType::F16,
+            KvArg::Int8 => KvDType::I8,
+        }
+    }
 }
 
 #[derive(Args, Clone)]
@@ -160,9 +180,13 @@ struct Buffers {
 }
 
 impl Buffers {
-    fn new(model: &Model<'_>, capacity: usize, batch: usize) -> Self {
-        let s = SessionSizes::new(model.config(), capacity, batch);
+    fn new(model: &Model<'_>, capacity: usize, batch: usize, kv: KvDType) -> Self {
+        let s = SessionSizes::with_kv(model.config(), capacity, batch, kv);
         Self { arena: vec![0.0; s.arena_len], kv: vec![0.0; s.kv_len] }
+    }
+
+    fn session<'a>(&'a mut self, model: &'a Model<'a>, capacity: usize, kv: KvDType) -> Result<Session<'a>> {
+        Ok(Session::with_kv_dtype(model, &mut self.arena, &mut self.kv, capacity, kv)?)
     }
 }
 
@@ -201,16 +225,16 @@ fn join_ids(ids: &[u32]) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn cmd_logits(model_path: &Path, ids: &[u32], out: &Path) -> Result<()> {
-    let file = load(model_path)?;
+fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path) -> Result<()> {
+    let file = load(&m.model)?;
     let model = file.model()?;
     let v = model.config().vocab_size();
     if ids.len() > model.config().n_ctx() {
         bail!("{} ids do not fit the model's context of {} tokens", ids.len(), model.config().n_ctx());
     }
     let capacity = ids.len().max(1);
-    let mut buf = Buffers::new(&model, capacity, capacity.min(64));
-    let mut session = Session::new(&model, &mut buf.arena, &mut buf.kv, capacity)?;
+    let mut buf = Buffers::new(&model, capacity, capacity.min(64), m.kv_dtype.dtype());
+    let mut session = buf.session(&model, capacity, m.kv_dtype.dtype())?;
     let mut all = vec![0.0f32; ids.len() * v];
     session.prefill_each(ids, |i, logits| all[i * v..(i + 1) * v].copy_from_slice(logits))?;
     host_tools::npy::write_f32(out, &[ids.len() as u64, v as u64], &all)?;
@@ -248,8 +272,9 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         ),
         e => e.into(),
     })?;
-    let mut buf = Buffers::new(&model, capacity, capacity.min(64));
-    let mut session = Session::new(&model, &mut buf.arena, &mut buf.kv, capacity)?;
+    let kv = args.model.kv_dtype.dtype();
+    let mut buf = Buffers::new(&model, capacity, capacity.min(64), kv);
+    let mut session = buf.session(&model, capacity, kv)?;
     let (arena_bytes, kv_bytes) = session.memory_bytes();
     let mut window = vec![0u32; capacity];
 
@@ -335,8 +360,12 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         if decoded > 0 { decoded as f64 / decode_s.max(1e-9) } else { 0.0 }
     );
     eprintln!(
-        "memory: arena {arena_bytes} B + KV cache {kv_bytes} B (2 · {} layers · {capacity} ctx · {} embd · 4 B)",
-        cfg.n_layer, cfg.n_embd
+        "memory: arena {arena_bytes} B + KV cache {kv_bytes} B ({}: 2 · {} layers · {capacity} ctx · {} embd · {} B{})",
+        kv.name(),
+        cfg.n_layer,
+        cfg.n_embd,
+        match kv { KvDType::F32 => 4, KvDType::F16 => 2, KvDType::I8 => 1 },
+        if kv == KvDType::I8 { " + a 4-byte scale per head per position" } else { "" }
     );
     if let StopReason::Error(e) = summary.reason {
         bail!("generation stopped after {} tokens: {e}", summary.generated);
@@ -380,8 +409,8 @@ fn cmd_detokenize(model_path: &Path, ids: &[u32]) -> Result<()> {
     Ok(())
 }
 
-fn cmd_perplexity(model_path: &Path, file: &Path, ctx: Option<usize>) -> Result<()> {
-    let blob = load(model_path)?;
+fn cmd_perplexity(m: &ModelArg, file: &Path, ctx: Option<usize>) -> Result<()> {
+    let blob = load(&m.model)?;
     let model = blob.model()?;
     let tok = tokenizer(&model)?;
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {} as UTF-8 text", file.display()))?;
@@ -391,7 +420,7 @@ fn cmd_perplexity(model_path: &Path, file: &Path, ctx: Option<usize>) -> Result<
     }
     let window = capacity_for(&model, ctx)?;
     let t0 = Instant::now();
-    let p = host_tools::eval::perplexity(&model, &ids, window)?;
+    let p = host_tools::eval::perplexity(&model, &ids, window, m.kv_dtype.dtype())?;
     eprintln!("{} tokens, window {window}, stride {}, {:.1} s", ids.len(), window / 2, t0.elapsed().as_secs_f64());
     println!("tokens scored: {}", p.tokens);
     println!("mean cross-entropy: {:.6} nats/token", p.mean());
@@ -414,8 +443,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn cmd_bench(model_path: &Path, prompt_len: usize, n: usize, runs: usize, batch: usize) -> Result<()> {
-    let file = load(model_path)?;
+fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usize) -> Result<()> {
+    let file = load(&m.model)?;
     let model = file.model()?;
     let cfg = *model.config();
     let capacity = prompt_len + n;
@@ -424,10 +453,11 @@ fn cmd_bench(model_path: &Path, prompt_len: usize, n: usize, runs: usize, batch:
     }
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i as u32 * 7919 + 13) % cfg.vocab_size).collect();
     let batch = batch.clamp(1, capacity);
-    let mut buf = Buffers::new(&model, capacity, batch);
+    let kv = m.kv_dtype.dtype();
+    let mut buf = Buffers::new(&model, capacity, batch, kv);
     let (mut pre, mut dec) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let mut s = Session::new(&model, &mut buf.arena, &mut buf.kv, capacity)?;
+        let mut s = buf.session(&model, capacity, kv)?;
         let t0 = Instant::now();
         let mut next = argmax(s.prefill(&prompt)?);
         let t1 = Instant::now();
@@ -441,11 +471,12 @@ fn cmd_bench(model_path: &Path, prompt_len: usize, n: usize, runs: usize, batch:
     let bytes = model.weight_bytes_per_token() as f64;
     let (p, d) = (median(pre), median(dec));
     println!(
-        "model: {} layers, n_embd {}, vocab {}, {} weights",
+        "model: {} layers, n_embd {}, vocab {}, {} weights, {} KV cache",
         cfg.n_layer,
         cfg.n_embd,
         cfg.vocab_size,
-        model.weight_dtype().name()
+        model.weight_dtype().name(),
+        kv.name()
     );
     println!("threads: 1   runs: {runs} (median)   prompt: {prompt_len} tokens (batch {batch})   decode: {n} tokens");
     println!("prefill: {p:.1} tok/s");
@@ -456,11 +487,11 @@ fn cmd_bench(model_path: &Path, prompt_len: usize, n: usize, runs: usize, batch:
 
 fn run(cli: Cli) -> Result<()> {
     match &cli.cmd {
-        Some(Cmd::Logits { model, ids, out }) => cmd_logits(&model.model, ids, out),
+        Some(Cmd::Logits { model, ids, out }) => cmd_logits(model, ids, out),
         Some(Cmd::Tokenize { model, text, file }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref()),
         Some(Cmd::Detokenize { model, ids }) => cmd_detokenize(&model.model, ids),
-        Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(&model.model, file, *ctx),
-        Some(Cmd::Bench { model, prompt_len, n, runs, batch }) => cmd_bench(&model.model, *prompt_len, *n, *runs, *batch),
+        Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),
+        Some(Cmd::Bench { model, prompt_len, n, runs, batch }) => cmd_bench(model, *prompt_len, *n, *runs, *batch),
         None => cmd_generate(&cli.gen),
     }
 }
