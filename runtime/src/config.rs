@@ -58,10 +58,9 @@ impl Config {
     }
     /// D = C / H, the width of one attention head.
     pub const fn head_dim(&self) -> usize {
-        if self.n_head == 0 {
-            0
-        } else {
-            (self.n_embd / self.n_head) as usize
+        match self.n_embd.checked_div(self.n_head) {
+            Some(d) => d as usize,
+            None => 0,
         }
     }
     /// I as `usize`.
@@ -98,7 +97,7 @@ impl Config {
         if self.n_layer == 0 || self.n_layer > 1024 {
             return bad(ConfigField::NLayer, self.n_layer);
         }
-        if self.n_head == 0 || self.n_embd % self.n_head != 0 {
+        if self.n_head == 0 || !self.n_embd.is_multiple_of(self.n_head) {
             return bad(ConfigField::NHead, self.n_head);
         }
         if self.n_inner == 0 || self.n_inner > 4 * MAX_DIM {

@@ -21,11 +21,12 @@ const LANES: usize = 16;
 /// the result is identical on every target.
 #[inline]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (a.get(..n).unwrap_or(&[]), b.get(..n).unwrap_or(&[]));
+    let (ca, ra) = a.as_chunks::<LANES>();
+    let (cb, rb) = b.as_chunks::<LANES>();
     let mut acc = [0.0f32; LANES];
-    let ca = a.chunks_exact(LANES);
-    let cb = b.chunks_exact(LANES);
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
+    for (x, y) in ca.iter().zip(cb) {
         for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
             *s += x * y;
         }
@@ -39,11 +40,12 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// Dot product of f16 weights with f32 activations (weights widened to f32 in the loop).
 #[inline]
 pub fn dot_f16(w: &[f16], x: &[f32]) -> f32 {
+    let n = w.len().min(x.len());
+    let (w, x) = (w.get(..n).unwrap_or(&[]), x.get(..n).unwrap_or(&[]));
+    let (cw, rw) = w.as_chunks::<LANES>();
+    let (cx, rx) = x.as_chunks::<LANES>();
     let mut acc = [0.0f32; LANES];
-    let cw = w.chunks_exact(LANES);
-    let cx = x.chunks_exact(LANES);
-    let (rw, rx) = (cw.remainder(), cx.remainder());
-    for (w, x) in cw.zip(cx) {
+    for (w, x) in cw.iter().zip(cx) {
         for ((s, &w), &x) in acc.iter_mut().zip(w).zip(x) {
             *s += w.to_f32() * x;
         }
@@ -197,11 +199,12 @@ pub fn dot_q8(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
 /// Integer dot product of two int8 vectors (i32 accumulation; lanes let the compiler vectorise).
 #[inline]
 pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (a.get(..n).unwrap_or(&[]), b.get(..n).unwrap_or(&[]));
+    let (ca, ra) = a.as_chunks::<LANES>();
+    let (cb, rb) = b.as_chunks::<LANES>();
     let mut acc = [0i32; LANES];
-    let ca = a.chunks_exact(LANES);
-    let cb = b.chunks_exact(LANES);
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
+    for (x, y) in ca.iter().zip(cb) {
         for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
             *s += x as i32 * y as i32;
         }

@@ -129,7 +129,7 @@ impl<'a> Model<'a> {
     /// out-of-bounds read; it can only produce wrong numbers.
     pub fn from_blob_prechecked(blob: &'a [u8]) -> Result<Self, Error> {
         let addr = blob.as_ptr() as usize;
-        if addr % blob::BLOB_ALIGN != 0 {
+        if !addr.is_multiple_of(blob::BLOB_ALIGN) {
             return Err(Error::Misaligned { addr, required: blob::BLOB_ALIGN });
         }
         if cfg!(target_endian = "big") {
@@ -281,7 +281,7 @@ impl<'a> Model<'a> {
         }
 
         if let Some(Section { offset, len }) = header.tokenizer {
-            let end = offset.checked_add(len).unwrap_or(u64::MAX);
+            let end = offset.saturating_add(len);
             if offset % blob::DATA_ALIGN as u64 != 0 || offset < data_start as u64 || end > file_len as u64 {
                 return Err(Error::BadTokenizer { offset: 0 });
             }

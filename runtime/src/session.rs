@@ -94,7 +94,7 @@ pub struct Session<'a> {
 }
 
 /// Splits `n` elements off the front of `buf` (fewer if it is shorter; never panics).
-fn take<'s>(buf: &'s mut [f32], n: usize) -> (&'s mut [f32], &'s mut [f32]) {
+fn take(buf: &mut [f32], n: usize) -> (&mut [f32], &mut [f32]) {
     let n = n.min(buf.len());
     buf.split_at_mut(n)
 }
