@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod accuracy;
 pub mod blob_file;
 pub mod blob_writer;
 pub mod convert;

@@ -49,6 +49,25 @@ enum Cmd {
         #[arg(long)]
         ctx: Option<usize>,
     },
+    /// Measure what each weight dtype (f32, f16, q8, q4) and KV-cache dtype (f32, f16, int8)
+    /// costs against f32 on a text: perplexity, top-1 agreement, KL divergence, max logit
+    /// error. Prints a Markdown table.
+    Accuracy {
+        /// Checkpoint directory (with a tokenizer).
+        hf_dir: PathBuf,
+        /// Held-out text file.
+        #[arg(long)]
+        text: PathBuf,
+        /// Window in tokens (default: the model's n_ctx).
+        #[arg(long)]
+        ctx: Option<usize>,
+        /// Use at most this many tokens of the text.
+        #[arg(long, default_value_t = 4096)]
+        max_tokens: usize,
+        /// Quantization group.
+        #[arg(long, default_value_t = 32)]
+        group: usize,
+    },
     /// Write a random-initialised GPT-2 checkpoint in the Hugging Face layout.
     Random {
         /// Output directory.
@@ -103,6 +122,12 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Inspect { blob, ctx } => {
             let bytes = std::fs::read(&blob).with_context(|| format!("cannot read {}", blob.display()))?;
             print!("{}", host_tools::inspect::inspect(&bytes, ctx)?);
+        }
+        Cmd::Accuracy { hf_dir, text, ctx, max_tokens, group } => {
+            let t = std::fs::read_to_string(&text).with_context(|| format!("cannot read {}", text.display()))?;
+            let (rows, scored, window) = host_tools::accuracy::measure(&hf_dir, &t, ctx, max_tokens, group)?;
+            println!("{} tokens scored from {} (window {window}, stride {}), quantization group {group}\n", scored, text.display(), window / 2);
+            print!("{}", host_tools::accuracy::table(&rows));
         }
         Cmd::Random { out, preset, n_layer, n_embd, n_head, vocab, n_ctx, seed } => {
             let base = match preset.as_deref() {

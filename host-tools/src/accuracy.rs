@@ -1,0 +1,144 @@
+//! `host-tools accuracy`: how much each weight dtype and KV-cache dtype costs, measured against
+//! the f32 blob of the same checkpoint on held-out text — perplexity, top-1 agreement, KL
+//! divergence and max logit error — as a Markdown table.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use runtime::{KvDType, Session, SessionSizes};
+
+use crate::blob_file::BlobFile;
+use crate::convert::{convert, ConvertOptions, WeightDType};
+
+/// One configuration's figures.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Weight dtype name.
+    pub weights: String,
+    /// KV dtype name.
+    pub kv: String,
+    /// Blob size in bytes.
+    pub blob_bytes: usize,
+    /// Mean NLL (nats/token).
+    pub nll: f64,
+    /// Fraction of positions whose argmax equals f32's.
+    pub top1: f64,
+    /// Mean KL(p_f32 ‖ p_this), nats.
+    pub kl: f64,
+    /// Max |logit − f32 logit|.
+    pub max_err: f32,
+}
+
+/// Logits at every scored position (sliding window, stride window/2, as `host perplexity`).
+fn scored_logits(blob: &BlobFile, ids: &[u32], window: usize, kv: KvDType) -> Result<(Vec<Vec<f32>>, Vec<u32>)> {
+    let model = blob.model()?;
+    let sizes = SessionSizes::with_kv(model.config(), window, window.min(64), kv);
+    let (mut arena, mut kvb) = (vec![0.0f32; sizes.arena_len], vec![0.0f32; sizes.kv_len]);
+    let mut s = Session::with_kv_dtype(&model, &mut arena, &mut kvb, window, kv)?;
+    let (n, stride) = (ids.len(), window / 2);
+    let (mut rows, mut targets) = (Vec::new(), Vec::new());
+    let (mut begin, mut prev_end) = (0, 0);
+    while begin < n {
+        let end = (begin + window).min(n);
+        let first = prev_end.max(1);
+        s.reset();
+        s.prefill_each(&ids[begin..end], |i, l| {
+            let t = begin + i + 1;
+            if t >= first && t < end {
+                rows.push(l.to_vec());
+                targets.push(ids[t]);
+            }
+        })?;
+        prev_end = end;
+        if end == n {
+            break;
+        }
+        begin += stride;
+    }
+    Ok((rows, targets))
+}
+
+fn log_softmax(l: &[f32]) -> Vec<f64> {
+    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max + l.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+    l.iter().map(|&v| v as f64 - lse).collect()
+}
+
+fn argmax(l: &[f32]) -> usize {
+    (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b })
+}
+
+/// Measures every configuration on the first `max_tokens` tokens of `text`.
+pub fn measure(hf_dir: &Path, text: &str, window: Option<usize>, max_tokens: usize, group: usize) -> Result<(Vec<Row>, usize, usize)> {
+    let base_conv = convert(hf_dir, &ConvertOptions { group, ..ConvertOptions::default() })?;
+    let base = BlobFile::from_bytes(&base_conv.blob);
+    let model = base.model()?;
+    let tok = model.tokenizer().context("the checkpoint has no tokenizer (vocab.json + merges.txt) to encode the text")?;
+    let mut ids = vec![0u32; text.len().max(1)];
+    let n = tok.encode(text, &mut ids)?;
+    ids.truncate(n.min(max_tokens));
+    let window = window.unwrap_or(model.config().n_ctx()).min(model.config().n_ctx());
+    let (ref_rows, targets) = scored_logits(&base, &ids, window, KvDType::F32)?;
+    let ref_lsm: Vec<Vec<f64>> = ref_rows.iter().map(|l| log_softmax(l)).collect();
+
+    let configs: [(WeightDType, KvDType); 8] = [
+        (WeightDType::F32, KvDType::F32),
+        (WeightDType::F16, KvDType::F32),
+        (WeightDType::Q8, KvDType::F32),
+        (WeightDType::Q4, KvDType::F32),
+        (WeightDType::F32, KvDType::F16),
+        (WeightDType::F32, KvDType::I8),
+        (WeightDType::Q8, KvDType::I8),
+        (WeightDType::Q4, KvDType::I8),
+    ];
+    let mut out = Vec::new();
+    for (wd, kv) in configs {
+        let conv = convert(hf_dir, &ConvertOptions { dtype: wd, group, ..ConvertOptions::default() })?;
+        let blob = BlobFile::from_bytes(&conv.blob);
+        let (rows, _) = scored_logits(&blob, &ids, window, kv)?;
+        let (mut nll, mut agree, mut kl, mut max_err) = (0.0f64, 0usize, 0.0f64, 0.0f32);
+        for ((l, r), (rl, &t)) in rows.iter().zip(&ref_rows).zip(ref_lsm.iter().zip(&targets)) {
+            let lsm = log_softmax(l);
+            nll -= lsm[t as usize];
+            agree += usize::from(argmax(l) == argmax(r));
+            kl += rl.iter().zip(&lsm).map(|(&p, &q)| p.exp() * (p - q)).sum::<f64>();
+            max_err = l.iter().zip(r).fold(max_err, |m, (a, b)| m.max((a - b).abs()));
+        }
+        let k = rows.len().max(1) as f64;
+        out.push(Row {
+            weights: format!("{wd:?}").to_lowercase(),
+            kv: kv.name().to_string(),
+            blob_bytes: conv.blob.len(),
+            nll: nll / k,
+            top1: agree as f64 / k,
+            kl: kl / k,
+            max_err,
+        });
+    }
+    Ok((out, targets.len(), window))
+}
+
+/// Renders the rows as a Markdown table (perplexity relative to the f32/f32 row).
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let base = rows.first().map_or(1.0, |r| r.nll.exp());
+    let _ = writeln!(s, "| weights | KV cache | blob bytes | perplexity | vs f32 | top-1 agreement | mean KL (nats) | max logit error |");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let ppl = r.nll.exp();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.4} | {:+.2}% | {:.2}% | {:.2e} | {:.4} |",
+            r.weights,
+            r.kv,
+            r.blob_bytes,
+            ppl,
+            (ppl / base - 1.0) * 100.0,
+            r.top1 * 100.0,
+            r.kl,
+            r.max_err
+        );
+    }
+    s
+}
