@@ -4,8 +4,8 @@
 use std::fmt::Write;
 
 use anyhow::Result;
-use runtime::blob::{self, Preamble, TensorTable};
-use runtime::SessionSizes;
+use runtime::blob::{self, DType, Preamble, TensorEntry, TensorTable};
+use runtime::{KvDType, SessionSizes};
 
 use crate::blob_file::checksums;
 
@@ -29,13 +29,18 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     writeln!(s, "  bos_token_id {}  eos_token_id {}", cfg.bos_token_id, cfg.eos_token_id)?;
 
     writeln!(s, "\ntensors ({}):", header.n_tensors)?;
-    writeln!(s, "  {:<28} {:<5} {:>14} {:>12} {:>12}", "name", "dtype", "shape", "offset", "bytes")?;
+    writeln!(s, "  {:<28} {:<9} {:>14} {:>12} {:>12}  {}", "name", "dtype", "shape", "offset", "bytes", "quant. error (est. RMS / RMS)")?;
     let (mut emb, mut layers, mut other, mut params) = (0u64, 0u64, 0u64, 0u64);
     for e in TensorTable::new(table, header.n_tensors) {
         let e = e.map_err(|e| anyhow::anyhow!("invalid tensor table: {e}"))?;
         let name = e.role.hf_name(e.layer).to_string();
         let shape = if e.shape[1] == 1 { format!("[{}]", e.shape[0]) } else { format!("[{}, {}]", e.shape[0], e.shape[1]) };
-        writeln!(s, "  {:<28} {:<5} {:>14} {:>12} {:>12}", name, e.dtype.name(), shape, e.data.offset, e.data.len)?;
+        let dtype = match e.dtype {
+            DType::Q8 { group_len } | DType::Q4 { group_len } => format!("{}/g{group_len}", e.dtype.name()),
+            d => d.name().to_string(),
+        };
+        let qerr = quant_error(bytes, &e).map_or(String::new(), |r| format!("{:.3}%", r * 100.0));
+        writeln!(s, "  {:<28} {:<9} {:>14} {:>12} {:>12}  {}", name, dtype, shape, e.data.offset, e.data.len, qerr)?;
         params += e.shape[0] as u64 * e.shape[1] as u64;
         if e.role.is_layer() {
             layers += e.data.len;
@@ -61,13 +66,46 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     let sizes = SessionSizes::new(&cfg, ctx, 1);
     writeln!(s, "\nsession memory at context {ctx} (decode batch 1):")?;
     writeln!(s, "  activation arena          {:>12} bytes", sizes.arena_bytes())?;
-    writeln!(
-        s,
-        "  KV cache (f32)            {:>12} bytes  = 2 · n_layer {} · ctx {} · n_embd {} · 4",
-        sizes.kv_bytes(),
-        cfg.n_layer,
-        ctx,
-        cfg.n_embd
-    )?;
+    for (kv, per) in [(KvDType::F32, 4), (KvDType::F16, 2), (KvDType::I8, 1)] {
+        let b = SessionSizes::with_kv(&cfg, ctx, 1, kv).kv_bytes();
+        let extra = if kv == KvDType::I8 { format!(" + 2 · {} · {ctx} · H {} · 4 (scales)", cfg.n_layer, cfg.n_head) } else { String::new() };
+        writeln!(
+            s,
+            "  KV cache ({:<4})           {:>12} bytes  = 2 · n_layer {} · ctx {} · n_embd {} · {per}{extra}",
+            kv.name(),
+            b,
+            cfg.n_layer,
+            ctx,
+            cfg.n_embd
+        )?;
+    }
     Ok(s)
+}
+
+/// Estimated relative quantization error of a q8/q4 tensor: rounding to a step s leaves an
+/// error uniform in ±s/2 (RMS s/√12); reported relative to the RMS of the stored weights.
+fn quant_error(bytes: &[u8], e: &TensorEntry) -> Option<f64> {
+    let (four, g) = match e.dtype {
+        DType::Q8 { group_len } => (false, group_len as usize),
+        DType::Q4 { group_len } => (true, group_len as usize),
+        _ => return None,
+    };
+    let n = e.shape[0] as usize * e.shape[1] as usize;
+    let data = bytes.get(e.data.offset as usize..(e.data.offset + e.data.len) as usize)?;
+    let value_bytes = if four { n / 2 } else { n };
+    let at = value_bytes.div_ceil(16) * 16;
+    let scales: Vec<f32> = data.get(at..at + n / g * 4)?.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let (mut err2, mut w2) = (0.0f64, 0.0f64);
+    for i in 0..n {
+        let s = scales[i / g] as f64;
+        let q = if four {
+            let b = data[i / 2];
+            (if i % 2 == 0 { b & 15 } else { b >> 4 }) as f64 - 8.0
+        } else {
+            data[i] as i8 as f64
+        };
+        w2 += (q * s) * (q * s);
+        err2 += s * s / 12.0;
+    }
+    (w2 > 0.0).then(|| (err2 / w2).sqrt())
 }
