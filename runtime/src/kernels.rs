@@ -37,6 +37,31 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     reduce(acc)
 }
 
+/// Four dot products of one weight row with four activation rows, sharing each weight load
+/// (register blocking for prefill). Each result is bit-identical to [`dot_f32`] of that row:
+/// the per-token lanes and reduction order are the same.
+#[inline]
+pub fn dot4_f32(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+    let n = x.iter().fold(w.len(), |n, r| n.min(r.len()));
+    let w = w.get(..n).unwrap_or(&[]);
+    let (cw, rw) = w.as_chunks::<LANES>();
+    let [x0, x1, x2, x3] = x.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
+    let mut acc = [[0.0f32; LANES]; 4];
+    for ((((wc, a), b), c), d) in cw.iter().zip(x0.0).zip(x1.0).zip(x2.0).zip(x3.0) {
+        for (acc, xc) in acc.iter_mut().zip([a, b, c, d]) {
+            for ((s, &w), &x) in acc.iter_mut().zip(wc).zip(xc) {
+                *s += w * x;
+            }
+        }
+    }
+    for (acc, xr) in acc.iter_mut().zip([x0.1, x1.1, x2.1, x3.1]) {
+        for ((s, &w), &x) in acc.iter_mut().zip(rw).zip(xr) {
+            *s += w * x;
+        }
+    }
+    acc.map(reduce)
+}
+
 /// Dot product of f16 weights with f32 activations (weights widened to f32 in the loop).
 #[inline]
 pub fn dot_f16(w: &[f16], x: &[f32]) -> f32 {
@@ -107,9 +132,23 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
     };
     match w.data {
         MatrixData::F32(data) => {
+            let x = x.get(..tokens * cols).unwrap_or(&[]);
             for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
-                for (t, xt) in x.chunks_exact(cols).enumerate().take(tokens) {
-                    store(t, o, dot_f32(wrow, xt));
+                // four tokens at a time share each weight load, then the rest one by one
+                let quads = x.chunks_exact(4 * cols);
+                let rest = quads.remainder();
+                for (q, x4) in quads.enumerate() {
+                    let mut r = x4.chunks_exact(cols);
+                    let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
+                        continue;
+                    };
+                    for (k, y) in dot4_f32(wrow, [a, b, c, d]).into_iter().enumerate() {
+                        store(4 * q + k, o, y);
+                    }
+                }
+                let done = tokens - rest.len() / cols;
+                for (t, xt) in rest.chunks_exact(cols).enumerate() {
+                    store(done + t, o, dot_f32(wrow, xt));
                 }
             }
         }
@@ -404,6 +443,18 @@ mod tests {
             let w16f: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
             let (h, r) = (dot_f16(&w16, &b), dot_f32_ref(&w16f, &b));
             assert!(close(h, r, 1e-4 * (1.0 + r.abs())), "f16 n={n}: {h} vs {r}");
+        }
+    }
+
+    #[test]
+    fn dot4_is_bit_identical_to_four_dots() {
+        for n in [1usize, 15, 16, 17, 64, 100, 768] {
+            let w: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+            let xs: Vec<Vec<f32>> = (0..4).map(|k| (0..n).map(|i| ((i * 53 + k * 11) % 97) as f32 / 13.0 - 3.0).collect()).collect();
+            let four = dot4_f32(&w, [&xs[0], &xs[1], &xs[2], &xs[3]]);
+            for k in 0..4 {
+                assert_eq!(four[k].to_bits(), dot_f32(&w, &xs[k]).to_bits(), "n={n} k={k}");
+            }
         }
     }
 
