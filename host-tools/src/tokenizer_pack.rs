@@ -55,10 +55,7 @@ pub fn token_key_to_bytes(key: &str) -> Vec<u8> {
 }
 
 fn key_to_bytes(key: &str, map: &HashMap<char, u8>) -> Vec<u8> {
-    key.chars()
-        .map(|c| map.get(&c).copied())
-        .collect::<Option<Vec<u8>>>()
-        .unwrap_or_else(|| key.as_bytes().to_vec())
+    key.chars().map(|c| map.get(&c).copied()).collect::<Option<Vec<u8>>>().unwrap_or_else(|| key.as_bytes().to_vec())
 }
 
 /// A merge as read from a file, with where it came from (for error messages).
@@ -87,9 +84,9 @@ pub struct BpeFiles {
 /// `added_tokens.json` if present), else `tokenizer.json`. `Ok(None)` if there are none.
 pub fn pack_from_dir(dir: &Path) -> Result<Option<Vec<u8>>> {
     match load_from_dir(dir)? {
-        Some(files) => Ok(Some(
-            pack_files(&files).with_context(|| format!("packing the tokenizer in {}", dir.display()))?,
-        )),
+        Some(files) => {
+            Ok(Some(pack_files(&files).with_context(|| format!("packing the tokenizer in {}", dir.display()))?))
+        }
         None => Ok(None),
     }
 }
@@ -116,7 +113,8 @@ pub fn load_from_dir(dir: &Path) -> Result<Option<BpeFiles>> {
     }
     let json_path = dir.join("tokenizer.json");
     if json_path.is_file() {
-        let files = parse_tokenizer_json(&read("tokenizer.json")?).with_context(|| format!("in {}", json_path.display()))?;
+        let files =
+            parse_tokenizer_json(&read("tokenizer.json")?).with_context(|| format!("in {}", json_path.display()))?;
         return Ok(Some(files));
     }
     Ok(None)
@@ -179,7 +177,9 @@ pub fn parse_tokenizer_json(text: &str) -> Result<BpeFiles> {
 
     // The runtime only implements GPT-2's pipeline: no normalizer, ByteLevel pre-tokenizer with
     // GPT-2's regex and no prefix space.
-    let is_set = |v: Option<&Value>| v.is_some_and(|v| !v.is_null() && v != &Value::Bool(false));
+    // Unset: absent, null, false or "" (GPT-2's own file has `"end_of_word_suffix": ""`).
+    let is_set =
+        |v: Option<&Value>| v.is_some_and(|v| !(v.is_null() || v == &Value::Bool(false) || v.as_str() == Some("")));
     ensure!(
         !is_set(root.get("normalizer")),
         "a normalizer is set ({}); the runtime does not normalize text",
@@ -193,10 +193,15 @@ pub fn parse_tokenizer_json(text: &str) -> Result<BpeFiles> {
     ensure!(!is_set(pre.get("add_prefix_space")), "ByteLevel add_prefix_space=true is not supported");
     ensure!(pre.get("use_regex") != Some(&Value::Bool(false)), "ByteLevel use_regex=false is not supported");
     for key in ["continuing_subword_prefix", "end_of_word_suffix", "byte_fallback", "ignore_merges"] {
-        ensure!(!is_set(model.get(key)), "model.{key} = {} is not supported", model.get(key).map(Value::to_string).unwrap_or_default());
+        ensure!(
+            !is_set(model.get(key)),
+            "model.{key} = {} is not supported",
+            model.get(key).map(Value::to_string).unwrap_or_default()
+        );
     }
 
-    let vocab = vocab_from_value(model.get("vocab").ok_or_else(|| anyhow!("no model.vocab"))?).context("in model.vocab")?;
+    let vocab =
+        vocab_from_value(model.get("vocab").ok_or_else(|| anyhow!("no model.vocab"))?).context("in model.vocab")?;
     let raw_merges = model.get("merges").and_then(Value::as_array).ok_or_else(|| anyhow!("no model.merges array"))?;
     let mut merges = Vec::with_capacity(raw_merges.len());
     for (i, merge) in raw_merges.iter().enumerate() {
@@ -232,7 +237,11 @@ pub fn pack(vocab: &HashMap<String, u32>, merges: &[(String, String)]) -> Result
     let merges: Vec<MergeLine> = merges
         .iter()
         .enumerate()
-        .map(|(rank, (left, right))| MergeLine { left: left.clone(), right: right.clone(), origin: format!("merge {rank}") })
+        .map(|(rank, (left, right))| MergeLine {
+            left: left.clone(),
+            right: right.clone(),
+            origin: format!("merge {rank}"),
+        })
         .collect();
     pack_files(&BpeFiles { vocab: vocab.clone(), merges, added: Vec::new() })
 }
@@ -244,6 +253,12 @@ pub fn pack_files(files: &BpeFiles) -> Result<Vec<u8>> {
     // Ids -> bytes. vocab_size is the largest id + 1; ids no token uses decode to nothing.
     let max_id = files.vocab.values().chain(files.added.iter().map(|(_, id)| id)).max().copied();
     let vocab_size = max_id.ok_or_else(|| anyhow!("the vocab is empty"))? as usize + 1;
+    let n_keys = files.vocab.len() + files.added.len();
+    ensure!(
+        vocab_size <= 2 * n_keys + 1024,
+        "the largest token id is {} but there are only {n_keys} tokens: the ids are far from dense",
+        vocab_size - 1
+    );
     let mut names: Vec<Option<&str>> = vec![None; vocab_size];
     let mut tokens: Vec<Vec<u8>> = vec![Vec::new(); vocab_size];
     let mut keys: Vec<(&String, &u32)> = files.vocab.iter().collect();
@@ -273,7 +288,10 @@ pub fn pack_files(files: &BpeFiles) -> Result<Vec<u8>> {
         .enumerate()
         .map(|(byte, &c)| {
             files.vocab.get(&c.to_string()).copied().ok_or_else(|| {
-                anyhow!("the vocab has no token for byte {byte:#04x} (key {:?}); byte-level BPE needs all 256", c.to_string())
+                anyhow!(
+                    "the vocab has no token for byte {byte:#04x} (key {:?}); byte-level BPE needs all 256",
+                    c.to_string()
+                )
             })
         })
         .collect::<Result<_>>()?;
@@ -376,6 +394,89 @@ mod tests {
         assert_eq!(token_key_to_bytes("<|endoftext|>"), b"<|endoftext|>");
         // '€' is not in the mapping: the key is taken literally.
         assert_eq!(token_key_to_bytes("<€>"), "<€>".as_bytes());
+    }
+
+    /// A byte-level vocab with all 256 byte keys plus `extra` keys, ids in order.
+    fn vocab(extra: &[&str]) -> HashMap<String, u32> {
+        let keys = bytes_to_unicode().into_iter().map(String::from).chain(extra.iter().map(|s| s.to_string()));
+        keys.zip(0..).collect()
+    }
+
+    fn merges(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|&(l, r)| (l.to_string(), r.to_string())).collect()
+    }
+
+    fn error_of(result: Result<Vec<u8>>) -> String {
+        format!("{:#}", result.unwrap_err())
+    }
+
+    #[test]
+    fn packs_a_small_vocab_that_the_runtime_reads() {
+        let section = pack(&vocab(&["Ġt", "he", "Ġthe"]), &merges(&[("Ġ", "t"), ("h", "e"), ("Ġt", "he")])).unwrap();
+        let tok = Tokenizer::from_bytes(&section).unwrap();
+        assert_eq!((tok.vocab_size(), tok.n_merges()), (259, 3));
+        let mut out = [0; 16];
+        let n = tok.encode(" the", &mut out).unwrap();
+        assert_eq!(&out[..n], [258]);
+        assert_eq!(tok.token_bytes(256), Some(&b" t"[..]));
+    }
+
+    #[test]
+    fn errors_name_the_bad_merge_or_token() {
+        let v = vocab(&["ab"]);
+        let e = error_of(pack(&v, &merges(&[("a", "x")])));
+        assert!(e.contains("merge 0") && e.contains("result \"ax\" is not in the vocab"), "{e}");
+        let e = error_of(pack(&v, &merges(&[("a", "b"), ("zz", "b")])));
+        assert!(e.contains("merge 1") && e.contains("left part \"zz\""), "{e}");
+        let e = error_of(pack(&v, &merges(&[("a", "b"), ("a", "b")])));
+        assert!(e.contains("already merged at merge 0"), "{e}");
+        let mut missing = v.clone();
+        missing.remove("Ċ");
+        let e = error_of(pack(&missing, &[]));
+        assert!(e.contains("no token for byte 0x0a") && e.contains("Ċ"), "{e}");
+        let mut dup = v.clone();
+        dup.insert("zz".to_string(), 256);
+        let e = error_of(pack(&dup, &[]));
+        assert!(e.contains("both have id 256"), "{e}");
+        // A literal (non byte-mapped) key whose bytes are not its parts' bytes.
+        let e = error_of(pack(&vocab(&["€", "Ġ€"]), &merges(&[("Ġ", "€")])));
+        assert!(e.contains("are not the parts' bytes"), "{e}");
+    }
+
+    #[test]
+    fn tokenizer_json_merges_in_both_spellings_and_added_tokens() {
+        let json = |merges: &str, extra: &str| {
+            format!(
+                r#"{{"added_tokens": [{{"id": 258, "content": "<|endoftext|>"}}], "normalizer": null,
+                   "pre_tokenizer": {{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}},
+                   "model": {{"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+                              "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, {extra}
+                              "vocab": {vocab}, "merges": {merges}}}}}"#,
+                vocab = serde_json::to_string(&vocab(&["ab", "abc"])).unwrap()
+            )
+        };
+        let a = parse_tokenizer_json(&json(r#"["a b", "ab c"]"#, "")).unwrap();
+        let b = parse_tokenizer_json(&json(r#"[["a", "b"], ["ab", "c"]]"#, r#""ignore_merges": false,"#)).unwrap();
+        let (a, b) = (pack_files(&a).unwrap(), pack_files(&b).unwrap());
+        assert_eq!(a, b);
+        let tok = Tokenizer::from_bytes(&a).unwrap();
+        assert_eq!(tok.token_bytes(258), Some(&b"<|endoftext|>"[..]));
+
+        let e = format!("{:#}", parse_tokenizer_json(&json(r#"["a b c"]"#, "")).unwrap_err());
+        assert!(e.contains("model.merges[0]"), "{e}");
+        let e = format!("{:#}", parse_tokenizer_json(&json("[]", r#""ignore_merges": true,"#)).unwrap_err());
+        assert!(e.contains("ignore_merges"), "{e}");
+        let sentencepiece = json("[]", "").replace(r#""type": "ByteLevel""#, r#""type": "Metaspace""#);
+        let e = format!("{:#}", parse_tokenizer_json(&sentencepiece).unwrap_err());
+        assert!(e.contains("ByteLevel"), "{e}");
+    }
+
+    #[test]
+    fn pack_from_dir_finds_nothing_in_an_empty_dir() {
+        let dir = std::env::temp_dir().join(format!("tokenizer-pack-empty-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        assert!(pack_from_dir(&dir).unwrap().is_none());
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

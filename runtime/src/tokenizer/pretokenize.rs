@@ -102,9 +102,7 @@ pub fn first_piece_len(s: &str) -> usize {
     if first == '\'' {
         match (bytes.get(1), bytes.get(2)) {
             (Some(b's' | b't' | b'm' | b'd'), _) => return 2,
-            (Some(b'r'), Some(b'e')) | (Some(b'v'), Some(b'e')) | (Some(b'l'), Some(b'l')) => {
-                return 3
-            }
+            (Some(b'r'), Some(b'e')) | (Some(b'v'), Some(b'e')) | (Some(b'l'), Some(b'l')) => return 3,
             _ => {}
         }
     }

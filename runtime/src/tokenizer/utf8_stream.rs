@@ -247,12 +247,12 @@ mod tests {
     fn invalid_bytes_become_replacement_characters_like_from_utf8_lossy() {
         let cases: &[&[&[u8]]] = &[
             &[&[0xFF], b"a"],
-            &[&[0xE2, 0x82], b"a"],         // cut-off character, then ASCII
-            &[&[0xE2], &[0x82], &[0x41]],   // ... split over three tokens
-            &[&[0xF0, 0x9F], &[0x98]],      // unfinished at the end: finish() flushes U+FFFD
-            &[&[0xC3], &[0xC3, 0xA9]],      // lead byte after a lead byte
+            &[&[0xE2, 0x82], b"a"],                       // cut-off character, then ASCII
+            &[&[0xE2], &[0x82], &[0x41]],                 // ... split over three tokens
+            &[&[0xF0, 0x9F], &[0x98]],                    // unfinished at the end: finish() flushes U+FFFD
+            &[&[0xC3], &[0xC3, 0xA9]],                    // lead byte after a lead byte
             &[&[0x80, 0x80], b"ok", &[0xED, 0xA0, 0x80]], // stray continuations, surrogate
-            &[&[0xE0], &[0x80]],            // overlong prefix
+            &[&[0xE0], &[0x80]],                          // overlong prefix
             &[b"x", &[], &[0xF4, 0x8F], &[], &[0xBF, 0xBF]],
         ];
         for tokens in cases {
