@@ -1,0 +1,149 @@
+//! The generation loop: stops at EOS, at max tokens, on request, at a full context; with
+//! context shift it runs ten times past the context in the same fixed buffers.
+
+use host_tools::convert::WeightDType;
+use reference_tests::*;
+use runtime::generate::{generate, Control, GenerateOptions, StopReason};
+use runtime::sampler::{Sampler, SamplerConfig};
+use runtime::{Session, SessionSizes};
+
+fn sampled() -> SamplerConfig {
+    SamplerConfig { temperature: 0.9, top_k: 20, top_p: 0.95, repetition_penalty: 1.0, seed: 7 }
+}
+
+/// Runs `generate` on the tiny fixture and returns (ids, summary).
+fn run(cfg: SamplerConfig, opts: GenerateOptions, capacity: usize, stop_after: Option<usize>) -> (Vec<u32>, runtime::generate::Summary) {
+    let blob = convert_dir(&fixture_dir("tiny"), WeightDType::F32);
+    let model = blob.model().unwrap();
+    let sizes = SessionSizes::new(model.config(), capacity, 4);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, capacity).unwrap();
+    let mut sampler = Sampler::<32>::new(cfg).unwrap();
+    let mut window = vec![0u32; capacity];
+    let mut ids = Vec::new();
+    let summary = generate(&mut s, &mut sampler, &[1, 2, 3], &mut window, &opts, |t| {
+        ids.push(t);
+        if Some(ids.len()) == stop_after {
+            Control::Stop
+        } else {
+            Control::Continue
+        }
+    })
+    .unwrap();
+    (ids, summary)
+}
+
+#[test]
+fn ten_times_the_context_with_context_shift() {
+    let opts = GenerateOptions { max_tokens: 320, stop_at_eos: false, context_shift: true };
+    let (ids, summary) = run(sampled(), opts, 32, None);
+    assert_eq!(ids.len(), 320);
+    assert_eq!(summary.generated, 320);
+    assert_eq!(summary.reason, StopReason::MaxTokens);
+    assert!(summary.shifts >= 10, "{} shifts", summary.shifts);
+    // same seed, same stream
+    let (again, _) = run(sampled(), opts, 32, None);
+    assert_eq!(ids, again);
+}
+
+#[test]
+fn without_context_shift_a_full_context_stops_cleanly() {
+    let opts = GenerateOptions { max_tokens: 100, stop_at_eos: false, context_shift: false };
+    let (ids, summary) = run(sampled(), opts, 16, None);
+    // 3 prompt tokens + 13 fed back fill 16 positions; the 14th token is drawn from the last
+    // logits and kept, then there is no room to feed it.
+    assert_eq!(summary.reason, StopReason::ContextFull { capacity: 16 });
+    assert_eq!(ids.len(), 14);
+    assert_eq!(summary.generated, 14);
+}
+
+#[test]
+fn greedy_generation_matches_the_reference_continuation() {
+    let dir = fixture_dir("tiny");
+    let r = reference(&dir);
+    let (prompt, want) = (ids(&r["greedy"]["prompt_ids"]), ids(&r["greedy"]["new_ids"]));
+    let blob = convert_dir(&dir, WeightDType::F32);
+    let model = blob.model().unwrap();
+    let sizes = SessionSizes::new(model.config(), 32, 8);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, 32).unwrap();
+    let mut sampler = Sampler::<8>::new(SamplerConfig::greedy()).unwrap();
+    let mut window = vec![0u32; 32];
+    let mut got = Vec::new();
+    let opts = GenerateOptions { max_tokens: want.len(), stop_at_eos: false, context_shift: false };
+    let summary = generate(&mut s, &mut sampler, &prompt, &mut window, &opts, |t| {
+        got.push(t);
+        Control::Continue
+    })
+    .unwrap();
+    assert_eq!(summary.reason, StopReason::MaxTokens);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn stops_at_eos_and_on_request() {
+    // Find what greedy decoding produces, then declare its 5th token the EOS id: generation
+    // must stop right before it, without emitting it.
+    let opts = GenerateOptions { max_tokens: 20, stop_at_eos: false, context_shift: false };
+    let (ids, _) = run(SamplerConfig::greedy(), opts, 32, None);
+    let eos = ids[4];
+    let first = ids.iter().position(|&t| t == eos).unwrap();
+    let dir = fixture_dir("tiny");
+    let tmp = std::env::temp_dir().join(format!("gen-eos-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in ["model.safetensors"] {
+        std::fs::copy(dir.join(f), tmp.join(f)).unwrap();
+    }
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    config["eos_token_id"] = eos.into();
+    std::fs::write(tmp.join("config.json"), config.to_string()).unwrap();
+    let blob = convert_dir(&tmp, WeightDType::F32);
+    let model = blob.model().unwrap();
+    assert_eq!(model.config().eos_token_id, eos);
+    let sizes = SessionSizes::new(model.config(), 32, 4);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, 32).unwrap();
+    let mut sampler = Sampler::<8>::new(SamplerConfig::greedy()).unwrap();
+    let mut window = vec![0u32; 32];
+    let mut got = Vec::new();
+    let opts = GenerateOptions { max_tokens: 20, stop_at_eos: true, context_shift: false };
+    let summary = generate(&mut s, &mut sampler, &[1, 2, 3], &mut window, &opts, |t| {
+        got.push(t);
+        Control::Continue
+    })
+    .unwrap();
+    assert_eq!(summary.reason, StopReason::Eos);
+    assert_eq!(got, ids[..first].to_vec());
+
+    let opts = GenerateOptions { max_tokens: 20, stop_at_eos: false, context_shift: false };
+    let (ids, summary) = run(sampled(), opts, 32, Some(3));
+    assert_eq!((ids.len(), summary.reason), (3, StopReason::Stopped));
+}
+
+#[test]
+fn bad_prompts_are_errors_before_anything_runs() {
+    let blob = convert_dir(&fixture_dir("tiny"), WeightDType::F32);
+    let model = blob.model().unwrap();
+    let sizes = SessionSizes::new(model.config(), 8, 1);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, 8).unwrap();
+    let mut sampler = Sampler::<8>::new(SamplerConfig::greedy()).unwrap();
+    let mut window = vec![0u32; 8];
+    let opts = GenerateOptions { max_tokens: 5, stop_at_eos: true, context_shift: true };
+    let mut never = |_| -> Control { panic!("no token may be emitted") };
+    assert_eq!(
+        generate(&mut s, &mut sampler, &[], &mut window, &opts, &mut never).unwrap_err(),
+        runtime::Error::EmptyInput
+    );
+    assert_eq!(
+        generate(&mut s, &mut sampler, &[1; 9], &mut window, &opts, &mut never).unwrap_err(),
+        runtime::Error::ContextFull { used: 0, adding: 9, capacity: 8 }
+    );
+    assert_eq!(
+        generate(&mut s, &mut sampler, &[64], &mut window, &opts, &mut never).unwrap_err(),
+        runtime::Error::InvalidToken { id: 64, vocab_size: 64 }
+    );
+    let zero = GenerateOptions { max_tokens: 0, ..opts };
+    let summary = generate(&mut s, &mut sampler, &[1], &mut window, &zero, &mut never).unwrap();
+    assert_eq!(summary.generated, 0);
+}
