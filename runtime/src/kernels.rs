@@ -19,7 +19,7 @@ const LANES: usize = 16;
 /// Dot product of two f32 vectors with [`LANES`] independent partial sums (then a fixed
 /// pairwise reduction), so the compiler can vectorise it. The summation order is fixed, so
 /// the result is identical on every target.
-#[inline]
+#[inline(always)]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (a.get(..n).unwrap_or(&[]), b.get(..n).unwrap_or(&[]));
@@ -27,9 +27,7 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let (cb, rb) = b.as_chunks::<LANES>();
     let mut acc = [0.0f32; LANES];
     for (x, y) in ca.iter().zip(cb) {
-        for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
-            *s += x * y;
-        }
+        mul_add_lanes(&mut acc, x, y);
     }
     for ((s, &x), &y) in acc.iter_mut().zip(ra).zip(rb) {
         *s += x * y;
@@ -40,30 +38,37 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// Four dot products of one weight row with four activation rows, sharing each weight load
 /// (register blocking for prefill). Each result is bit-identical to [`dot_f32`] of that row:
 /// the per-token lanes and reduction order are the same.
-#[inline]
+#[inline(always)]
 pub fn dot4_f32(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
     let n = x.iter().fold(w.len(), |n, r| n.min(r.len()));
     let w = w.get(..n).unwrap_or(&[]);
     let (cw, rw) = w.as_chunks::<LANES>();
     let [x0, x1, x2, x3] = x.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
-    let mut acc = [[0.0f32; LANES]; 4];
-    for ((((wc, a), b), c), d) in cw.iter().zip(x0.0).zip(x1.0).zip(x2.0).zip(x3.0) {
-        for (acc, xc) in acc.iter_mut().zip([a, b, c, d]) {
-            for ((s, &w), &x) in acc.iter_mut().zip(wc).zip(xc) {
-                *s += w * x;
-            }
-        }
+    let (mut a0, mut a1, mut a2, mut a3) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
+    for ((((wc, xa), xb), xc), xd) in cw.iter().zip(x0.0).zip(x1.0).zip(x2.0).zip(x3.0) {
+        mul_add_lanes(&mut a0, wc, xa);
+        mul_add_lanes(&mut a1, wc, xb);
+        mul_add_lanes(&mut a2, wc, xc);
+        mul_add_lanes(&mut a3, wc, xd);
     }
-    for (acc, xr) in acc.iter_mut().zip([x0.1, x1.1, x2.1, x3.1]) {
+    for (acc, xr) in [(&mut a0, x0.1), (&mut a1, x1.1), (&mut a2, x2.1), (&mut a3, x3.1)] {
         for ((s, &w), &x) in acc.iter_mut().zip(rw).zip(xr) {
             *s += w * x;
         }
     }
-    acc.map(reduce)
+    [reduce(a0), reduce(a1), reduce(a2), reduce(a3)]
+}
+
+/// `acc[i] += w[i] · x[i]` over one chunk of lanes.
+#[inline(always)]
+fn mul_add_lanes(acc: &mut [f32; LANES], w: &[f32; LANES], x: &[f32; LANES]) {
+    for ((s, &w), &x) in acc.iter_mut().zip(w).zip(x) {
+        *s += w * x;
+    }
 }
 
 /// Dot product of f16 weights with f32 activations (weights widened to f32 in the loop).
-#[inline]
+#[inline(always)]
 pub fn dot_f16(w: &[f16], x: &[f32]) -> f32 {
     let n = w.len().min(x.len());
     let (w, x) = (w.get(..n).unwrap_or(&[]), x.get(..n).unwrap_or(&[]));
@@ -81,7 +86,7 @@ pub fn dot_f16(w: &[f16], x: &[f32]) -> f32 {
     reduce(acc)
 }
 
-#[inline]
+#[inline(always)]
 fn reduce(acc: [f32; LANES]) -> f32 {
     // Fixed pairwise tree: 16 -> 8 -> 4 -> 2 -> 1.
     let mut a = acc;
@@ -118,6 +123,181 @@ pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
 /// group size (into `scratch`, [`quant_scratch_len`] per token); the dot products then run in
 /// i32 with one float multiply per group.
 pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        if x86::has_avx512f() {
+            // SAFETY: the CPU supports AVX-512F (checked at run time just above).
+            unsafe { x86::linear_avx512(out, x, w, bias, accumulate, scratch) };
+            return;
+        }
+        if x86::has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked at run time just above).
+            unsafe { x86::linear_avx2(out, x, w, bias, accumulate, scratch) };
+            return;
+        }
+    }
+    linear_impl::<false>(out, x, w, bias, accumulate, scratch, dot_f32, dot4_f32);
+}
+
+/// Run-time dispatch to AVX2 / AVX-512 builds of the same portable code (desktop only, with
+/// the `std` feature). No FMA is enabled and the code is identical, so every lane performs the
+/// same operations in the same order: results are bit-identical to the portable build (and to
+/// a Cortex-M), only faster.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+mod x86 {
+    extern crate std;
+    use core::arch::x86_64::*;
+
+    use super::{linear_impl, reduce, Matrix, LANES};
+
+    pub(super) fn has_avx2() -> bool {
+        std::is_x86_feature_detected!("avx2")
+    }
+
+    pub(super) fn has_avx512f() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn linear_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx2(a, b), |a, b| dot4_f32_avx2(a, b))
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn linear_avx512(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx512(a, b), |a, b| dot4_f32_avx512(a, b))
+    }
+
+    /// Finishes like the portable kernel: the remainder is added lane by lane, then the same
+    /// fixed reduction tree.
+    #[inline(always)]
+    fn finish(mut lanes: [f32; LANES], ra: &[f32], rb: &[f32]) -> f32 {
+        for ((s, &x), &y) in lanes.iter_mut().zip(ra).zip(rb) {
+            *s += x * y;
+        }
+        reduce(lanes)
+    }
+
+    /// [`super::dot_f32`] with one 16-lane AVX-512 register (lane i sums elements i, i+16, …,
+    /// exactly as the portable code does; mul then add, no FMA).
+    #[target_feature(enable = "avx512f")]
+    fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (ca, ra) = a.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+        let (cb, rb) = b.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+        let mut acc = _mm512_setzero_ps();
+        for (x, y) in ca.iter().zip(cb) {
+            // SAFETY: x and y are [f32; 16]: 64 readable bytes each (unaligned loads).
+            let (vx, vy) = unsafe { (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(y.as_ptr())) };
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(vx, vy));
+        }
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: lanes is [f32; 16]: 64 writable bytes.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+        finish(lanes, ra, rb)
+    }
+
+    /// Four [`dot_f32_avx512`]s sharing each weight load.
+    #[target_feature(enable = "avx512f")]
+    fn dot4_f32_avx512(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+        let n = x.iter().fold(w.len(), |n, r| n.min(r.len()));
+        let (cw, rw) = w.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+        let xs = x.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for (i, wc) in cw.iter().enumerate() {
+            // SAFETY: wc is [f32; 16].
+            let vw = unsafe { _mm512_loadu_ps(wc.as_ptr()) };
+            for (a, (c, _)) in acc.iter_mut().zip(&xs) {
+                if let Some(xc) = c.get(i) {
+                    // SAFETY: xc is [f32; 16].
+                    let vx = unsafe { _mm512_loadu_ps(xc.as_ptr()) };
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(vw, vx));
+                }
+            }
+        }
+        let mut out = [0.0f32; 4];
+        for ((o, a), (_, r)) in out.iter_mut().zip(acc).zip(&xs) {
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: lanes is [f32; 16].
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
+            *o = finish(lanes, rw, r);
+        }
+        out
+    }
+
+    /// [`super::dot_f32`] with two 8-lane AVX registers (lanes 0–7 and 8–15).
+    #[target_feature(enable = "avx2")]
+    fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (ca, ra) = a.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+        let (cb, rb) = b.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (x, y) in ca.iter().zip(cb) {
+            // SAFETY: x and y are [f32; 16]; the loads read elements 0–7 and 8–15.
+            unsafe {
+                lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(y.as_ptr())));
+                hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(8)), _mm256_loadu_ps(y.as_ptr().add(8))));
+            }
+        }
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: lanes is [f32; 16]: two 8-float stores.
+        unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
+        }
+        finish(lanes, ra, rb)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The SIMD builds must be bit-identical to the portable kernels (host == board).
+        #[test]
+        fn simd_dots_are_bit_identical_to_portable() {
+            for n in [0usize, 1, 15, 16, 17, 100, 768, 3072] {
+                let w: std::vec::Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+                let xs: std::vec::Vec<std::vec::Vec<f32>> =
+                    (0..4).map(|k| (0..n).map(|i| ((i * 53 + k * 11) % 97) as f32 / 13.0 - 3.0).collect()).collect();
+                let want: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f32(&w, x).to_bits()).collect();
+                let refs = [&xs[0][..], &xs[1][..], &xs[2][..], &xs[3][..]];
+                if has_avx2() {
+                    // SAFETY: AVX2 is present (checked).
+                    let (one, four) = unsafe { (dot_f32_avx2(&w, &xs[0]), dot4_f32_avx2(&w, refs)) };
+                    assert_eq!(one.to_bits(), want[0], "avx2 n={n}");
+                    assert_eq!(four.map(f32::to_bits).to_vec(), want, "avx2 dot4 n={n}");
+                }
+                if has_avx512f() {
+                    // SAFETY: AVX-512F is present (checked).
+                    let (one, four) = unsafe { (dot_f32_avx512(&w, &xs[0]), dot4_f32_avx512(&w, refs)) };
+                    assert_eq!(one.to_bits(), want[0], "avx512 n={n}");
+                    assert_eq!(four.map(f32::to_bits).to_vec(), want, "avx512 dot4 n={n}");
+                }
+            }
+        }
+    }
+
+    /// Four [`dot_f32_avx2`]s sharing each weight load.
+    #[target_feature(enable = "avx2")]
+    fn dot4_f32_avx2(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+        [dot_f32_avx2(w, x[0]), dot_f32_avx2(w, x[1]), dot_f32_avx2(w, x[2]), dot_f32_avx2(w, x[3])]
+    }
+}
+
+/// The body of [`linear`]. `BLOCK4` enables the 4-token register-blocked f32 kernel, worth it
+/// only with wide vector registers (it holds 64 accumulators).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn linear_impl<const BLOCK4: bool>(
+    out: &mut [f32],
+    x: &[f32],
+    w: &Matrix<'_>,
+    bias: &[f32],
+    accumulate: bool,
+    scratch: &mut [f32],
+    dot: impl Fn(&[f32], &[f32]) -> f32,
+    dot4: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
+) {
     let (rows, cols) = (w.rows, w.cols);
     if rows == 0 || cols == 0 {
         return;
@@ -135,20 +315,21 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
             let x = x.get(..tokens * cols).unwrap_or(&[]);
             for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
                 // four tokens at a time share each weight load, then the rest one by one
-                let quads = x.chunks_exact(4 * cols);
+                let quads = x.chunks_exact(if BLOCK4 { 4 * cols } else { usize::MAX });
                 let rest = quads.remainder();
                 for (q, x4) in quads.enumerate() {
                     let mut r = x4.chunks_exact(cols);
                     let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
                         continue;
                     };
-                    for (k, y) in dot4_f32(wrow, [a, b, c, d]).into_iter().enumerate() {
+                    for (k, y) in dot4(wrow, [a, b, c, d]).into_iter().enumerate() {
                         store(4 * q + k, o, y);
                     }
                 }
+                let rest = if BLOCK4 { rest } else { x };
                 let done = tokens - rest.len() / cols;
                 for (t, xt) in rest.chunks_exact(cols).enumerate() {
-                    store(done + t, o, dot_f32(wrow, xt));
+                    store(done + t, o, dot(wrow, xt));
                 }
             }
         }
@@ -226,7 +407,7 @@ pub fn quantize_group_q4(x: &[f32], packed: &mut [u8]) -> f32 {
 }
 
 /// Σ over groups of `ws[g] · xs[g] · Σ_i w[i]·x[i]`, the inner sums in i32 (exact).
-#[inline]
+#[inline(always)]
 pub fn dot_q8(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
     let mut total = 0.0f32;
     for (((wg, xg), &sw), &sx) in w.chunks_exact(group.max(1)).zip(x.chunks_exact(group.max(1))).zip(ws).zip(xs) {
@@ -236,7 +417,7 @@ pub fn dot_q8(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
 }
 
 /// Integer dot product of two int8 vectors (i32 accumulation; lanes let the compiler vectorise).
-#[inline]
+#[inline(always)]
 pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let n = a.len().min(b.len());
     let (a, b) = (a.get(..n).unwrap_or(&[]), b.get(..n).unwrap_or(&[]));
@@ -253,7 +434,7 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// q4 weights (packed) against int8 activations, per group as in [`dot_q8`].
-#[inline]
+#[inline(always)]
 pub fn dot_q4(w: &[u8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
     let g = group.max(2);
     let mut total = 0.0f32;
