@@ -59,6 +59,12 @@ pub fn dot4_f32(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
     [reduce(a0), reduce(a1), reduce(a2), reduce(a3)]
 }
 
+/// Four independent dot products `ws[k] · xs[k]`, each bit-identical to [`dot_f32`].
+#[inline(always)]
+pub fn dot4_pairs_f32(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [f32; 4] {
+    [dot_f32(ws[0], xs[0]), dot_f32(ws[1], xs[1]), dot_f32(ws[2], xs[2]), dot_f32(ws[3], xs[3])]
+}
+
 /// `acc[i] += w[i] · x[i]` over one chunk of lanes.
 #[inline(always)]
 fn mul_add_lanes(acc: &mut [f32; LANES], w: &[f32; LANES], x: &[f32; LANES]) {
@@ -136,7 +142,7 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
             return;
         }
     }
-    linear_impl::<false>(out, x, w, bias, accumulate, scratch, dot_f32, dot4_f32);
+    linear_impl::<false>(out, x, w, bias, accumulate, scratch, dot_f32, dot4_f32, dot4_pairs_f32);
 }
 
 /// Run-time dispatch to AVX2 / AVX-512 builds of the same portable code (desktop only, with
@@ -160,12 +166,12 @@ mod x86 {
 
     #[target_feature(enable = "avx2")]
     pub(super) fn linear_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx2(a, b), |a, b| dot4_f32_avx2(a, b))
+        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx2(a, b), |w, x| dot4_pairs_avx2([w; 4], x), |a, b| dot4_pairs_avx2(a, b))
     }
 
     #[target_feature(enable = "avx512f")]
     pub(super) fn linear_avx512(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx512(a, b), |a, b| dot4_f32_avx512(a, b))
+        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx512(a, b), |w, x| dot4_tokens_avx512(w, x), |a, b| dot4_pairs_avx512(a, b))
     }
 
     /// Finishes like the portable kernel: the remainder is added lane by lane, then the same
@@ -197,9 +203,9 @@ mod x86 {
         finish(lanes, ra, rb)
     }
 
-    /// Four [`dot_f32_avx512`]s sharing each weight load.
+    /// Four [`dot_f32_avx512`]s of one weight row against four tokens, sharing each weight load.
     #[target_feature(enable = "avx512f")]
-    fn dot4_f32_avx512(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+    fn dot4_tokens_avx512(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
         let n = x.iter().fold(w.len(), |n, r| n.min(r.len()));
         let (cw, rw) = w.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
         let xs = x.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
@@ -221,6 +227,35 @@ mod x86 {
             // SAFETY: lanes is [f32; 16].
             unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
             *o = finish(lanes, rw, r);
+        }
+        out
+    }
+
+    /// Four independent [`dot_f32_avx512`]s, `ws[k] · xs[k]`: four accumulator chains in
+    /// flight (one weight row against four tokens in prefill, four rows against one token in
+    /// decode). Each result is bit-identical to the single dot.
+    #[target_feature(enable = "avx512f")]
+    fn dot4_pairs_avx512(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [f32; 4] {
+        let n = ws.iter().chain(&xs).fold(usize::MAX, |n, r| n.min(r.len()));
+        let wc = ws.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
+        let xc = xs.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
+        let chunks = n / LANES;
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for i in 0..chunks {
+            for (a, (w, x)) in acc.iter_mut().zip(wc.iter().zip(&xc)) {
+                if let (Some(w), Some(x)) = (w.0.get(i), x.0.get(i)) {
+                    // SAFETY: w and x are [f32; 16]: 64 readable bytes each.
+                    let (vw, vx) = unsafe { (_mm512_loadu_ps(w.as_ptr()), _mm512_loadu_ps(x.as_ptr())) };
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(vw, vx));
+                }
+            }
+        }
+        let mut out = [0.0f32; 4];
+        for ((o, a), (w, x)) in out.iter_mut().zip(acc).zip(wc.iter().zip(&xc)) {
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: lanes is [f32; 16].
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
+            *o = finish(lanes, w.1, x.1);
         }
         out
     }
@@ -263,13 +298,18 @@ mod x86 {
                 let refs = [&xs[0][..], &xs[1][..], &xs[2][..], &xs[3][..]];
                 if has_avx2() {
                     // SAFETY: AVX2 is present (checked).
-                    let (one, four) = unsafe { (dot_f32_avx2(&w, &xs[0]), dot4_f32_avx2(&w, refs)) };
+                    let (one, four) = unsafe { (dot_f32_avx2(&w, &xs[0]), dot4_pairs_avx2([&w[..]; 4], refs)) };
                     assert_eq!(one.to_bits(), want[0], "avx2 n={n}");
                     assert_eq!(four.map(f32::to_bits).to_vec(), want, "avx2 dot4 n={n}");
                 }
                 if has_avx512f() {
                     // SAFETY: AVX-512F is present (checked).
-                    let (one, four) = unsafe { (dot_f32_avx512(&w, &xs[0]), dot4_f32_avx512(&w, refs)) };
+                    let (one, four) = unsafe { (dot_f32_avx512(&w, &xs[0]), dot4_pairs_avx512([&w[..]; 4], refs)) };
+                    // and four rows against one token
+                    let rows4 = unsafe { dot4_pairs_avx512(refs, [&w[..]; 4]) };
+                    let tok4 = unsafe { dot4_tokens_avx512(&w, refs) };
+                    assert_eq!(tok4.map(f32::to_bits).to_vec(), want, "avx512 dot4 tokens n={n}");
+                    assert_eq!(rows4.map(f32::to_bits).to_vec(), xs.iter().map(|x| super::super::dot_f32(x, &w).to_bits()).collect::<std::vec::Vec<_>>());
                     assert_eq!(one.to_bits(), want[0], "avx512 n={n}");
                     assert_eq!(four.map(f32::to_bits).to_vec(), want, "avx512 dot4 n={n}");
                 }
@@ -277,10 +317,10 @@ mod x86 {
         }
     }
 
-    /// Four [`dot_f32_avx2`]s sharing each weight load.
+    /// Four independent [`dot_f32_avx2`]s, `ws[k] · xs[k]`.
     #[target_feature(enable = "avx2")]
-    fn dot4_f32_avx2(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
-        [dot_f32_avx2(w, x[0]), dot_f32_avx2(w, x[1]), dot_f32_avx2(w, x[2]), dot_f32_avx2(w, x[3])]
+    fn dot4_pairs_avx2(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [f32; 4] {
+        [dot_f32_avx2(ws[0], xs[0]), dot_f32_avx2(ws[1], xs[1]), dot_f32_avx2(ws[2], xs[2]), dot_f32_avx2(ws[3], xs[3])]
     }
 }
 
@@ -296,7 +336,8 @@ fn linear_impl<const BLOCK4: bool>(
     accumulate: bool,
     scratch: &mut [f32],
     dot: impl Fn(&[f32], &[f32]) -> f32,
-    dot4: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
+    dot4_tokens: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
+    dot4_rows: impl Fn([&[f32]; 4], [&[f32]; 4]) -> [f32; 4],
 ) {
     let (rows, cols) = (w.rows, w.cols);
     if rows == 0 || cols == 0 {
@@ -313,23 +354,51 @@ fn linear_impl<const BLOCK4: bool>(
     match w.data {
         MatrixData::F32(data) => {
             let x = x.get(..tokens * cols).unwrap_or(&[]);
-            for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
-                // four tokens at a time share each weight load, then the rest one by one
-                let quads = x.chunks_exact(if BLOCK4 { 4 * cols } else { usize::MAX });
+            if BLOCK4 && tokens >= 4 {
+                // prefill: each weight row against four tokens at a time, then the rest
+                for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
+                    let quads = x.chunks_exact(4 * cols);
+                    let rest = quads.remainder();
+                    for (q, x4) in quads.enumerate() {
+                        let mut r = x4.chunks_exact(cols);
+                        let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
+                            continue;
+                        };
+                        for (k, y) in dot4_tokens(wrow, [a, b, c, d]).into_iter().enumerate() {
+                            store(4 * q + k, o, y);
+                        }
+                    }
+                    let done = tokens - rest.len() / cols;
+                    for (t, xt) in rest.chunks_exact(cols).enumerate() {
+                        store(done + t, o, dot(wrow, xt));
+                    }
+                }
+            } else if BLOCK4 {
+                // decode: four weight rows against each token, four chains in flight
+                let quads = data.get(..rows * cols).unwrap_or(&[]).chunks_exact(4 * cols);
                 let rest = quads.remainder();
-                for (q, x4) in quads.enumerate() {
-                    let mut r = x4.chunks_exact(cols);
+                for (q, w4) in quads.enumerate() {
+                    let mut r = w4.chunks_exact(cols);
                     let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
                         continue;
                     };
-                    for (k, y) in dot4(wrow, [a, b, c, d]).into_iter().enumerate() {
-                        store(4 * q + k, o, y);
+                    for (t, xt) in x.chunks_exact(cols).enumerate() {
+                        for (k, y) in dot4_rows([a, b, c, d], [xt; 4]).into_iter().enumerate() {
+                            store(t, 4 * q + k, y);
+                        }
                     }
                 }
-                let rest = if BLOCK4 { rest } else { x };
-                let done = tokens - rest.len() / cols;
-                for (t, xt) in rest.chunks_exact(cols).enumerate() {
-                    store(done + t, o, dot(wrow, xt));
+                let done = rows - rest.len() / cols;
+                for (o, wrow) in rest.chunks_exact(cols).enumerate() {
+                    for (t, xt) in x.chunks_exact(cols).enumerate() {
+                        store(t, done + o, dot(wrow, xt));
+                    }
+                }
+            } else {
+                for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
+                    for (t, xt) in x.chunks_exact(cols).enumerate() {
+                        store(t, o, dot(wrow, xt));
+                    }
                 }
             }
         }
