@@ -142,7 +142,7 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
             return;
         }
     }
-    linear_impl::<false>(out, x, w, bias, accumulate, scratch, dot_f32, dot4_f32, dot4_pairs_f32);
+    linear_impl::<false>(out, x, w, bias, accumulate, scratch, dot_f32, dot4_f32, dot4_pairs_f32, dot_f16, dot_i8);
 }
 
 /// Run-time dispatch to AVX2 / AVX-512 builds of the same portable code (desktop only, with
@@ -154,6 +154,8 @@ mod x86 {
     extern crate std;
     use core::arch::x86_64::*;
 
+    use half::f16;
+
     use super::{linear_impl, reduce, Matrix, LANES};
 
     pub(super) fn has_avx2() -> bool {
@@ -161,17 +163,17 @@ mod x86 {
     }
 
     pub(super) fn has_avx512f() -> bool {
-        std::is_x86_feature_detected!("avx512f")
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")
     }
 
     #[target_feature(enable = "avx2")]
     pub(super) fn linear_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx2(a, b), |w, x| dot4_pairs_avx2([w; 4], x), |a, b| dot4_pairs_avx2(a, b))
+        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx2(a, b), |w, x| dot4_pairs_avx2([w; 4], x), |a, b| dot4_pairs_avx2(a, b), super::dot_f16, super::dot_i8)
     }
 
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) fn linear_avx512(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx512(a, b), |w, x| dot4_tokens_avx512(w, x), |a, b| dot4_pairs_avx512(a, b))
+        linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx512(a, b), |w, x| dot4_tokens_avx512(w, x), |a, b| dot4_pairs_avx512(a, b), |w, x| dot_f16_avx512(w, x), |a, b| dot_i8_avx512(a, b))
     }
 
     /// Finishes like the portable kernel: the remainder is added lane by lane, then the same
@@ -260,6 +262,43 @@ mod x86 {
         out
     }
 
+    /// [`super::dot_f16`] with hardware f16 → f32 conversion (exact, so bit-identical).
+    #[target_feature(enable = "avx512f")]
+    fn dot_f16_avx512(w: &[f16], x: &[f32]) -> f32 {
+        let n = w.len().min(x.len());
+        let (cw, rw) = w.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+        let (cx, rx) = x.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+        let mut acc = _mm512_setzero_ps();
+        for (wc, xc) in cw.iter().zip(cx) {
+            // SAFETY: wc is [f16; 16] (32 readable bytes), xc is [f32; 16] (64 bytes).
+            let (vw, vx) = unsafe { (_mm512_cvtph_ps(_mm256_loadu_si256(wc.as_ptr().cast())), _mm512_loadu_ps(xc.as_ptr())) };
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(vw, vx));
+        }
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: lanes is [f32; 16].
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+        for ((s, w), &x) in lanes.iter_mut().zip(rw).zip(rx) {
+            *s += w.to_f32() * x;
+        }
+        reduce(lanes)
+    }
+
+    /// [`super::dot_i8`]: sign-extend to i16, multiply pairs and add into i32 lanes (exact).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn dot_i8_avx512(a: &[i8], b: &[i8]) -> i32 {
+        let n = a.len().min(b.len());
+        let (ca, ra) = a.get(..n).unwrap_or(&[]).as_chunks::<32>();
+        let (cb, rb) = b.get(..n).unwrap_or(&[]).as_chunks::<32>();
+        let mut acc = _mm512_setzero_si512();
+        for (x, y) in ca.iter().zip(cb) {
+            // SAFETY: x and y are [i8; 32]: 32 readable bytes each.
+            let (vx, vy) = unsafe { (_mm256_loadu_si256(x.as_ptr().cast()), _mm256_loadu_si256(y.as_ptr().cast())) };
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_cvtepi8_epi16(vx), _mm512_cvtepi8_epi16(vy)));
+        }
+        let tail: i32 = ra.iter().zip(rb).map(|(&x, &y)| x as i32 * y as i32).sum();
+        _mm512_reduce_add_epi32(acc) + tail
+    }
+
     /// [`super::dot_f32`] with two 8-lane AVX registers (lanes 0–7 and 8–15).
     #[target_feature(enable = "avx2")]
     fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
@@ -286,6 +325,25 @@ mod x86 {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn simd_f16_and_i8_dots_equal_portable() {
+            if !has_avx512f() {
+                return;
+            }
+            for n in [0usize, 5, 16, 31, 32, 33, 100, 768] {
+                let w: std::vec::Vec<f16> = (0..n).map(|i| f16::from_f32(((i * 37 % 101) as f32 - 50.0) / 17.0)).collect();
+                let x: std::vec::Vec<f32> = (0..n).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
+                // SAFETY: AVX-512F/BW present (checked).
+                let h = unsafe { dot_f16_avx512(&w, &x) };
+                assert_eq!(h.to_bits(), super::super::dot_f16(&w, &x).to_bits(), "f16 n={n}");
+                let a: std::vec::Vec<i8> = (0..n).map(|i| ((i * 37 % 255) as i32 - 127) as i8).collect();
+                let b: std::vec::Vec<i8> = (0..n).map(|i| ((i * 91 % 255) as i32 - 127) as i8).collect();
+                // SAFETY: as above.
+                let d = unsafe { dot_i8_avx512(&a, &b) };
+                assert_eq!(d, super::super::dot_i8(&a, &b), "i8 n={n}");
+            }
+        }
 
         /// The SIMD builds must be bit-identical to the portable kernels (host == board).
         #[test]
@@ -338,6 +396,8 @@ fn linear_impl<const BLOCK4: bool>(
     dot: impl Fn(&[f32], &[f32]) -> f32,
     dot4_tokens: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
     dot4_rows: impl Fn([&[f32]; 4], [&[f32]; 4]) -> [f32; 4],
+    dot16: impl Fn(&[f16], &[f32]) -> f32,
+    dot8: impl Fn(&[i8], &[i8]) -> i32,
 ) {
     let (rows, cols) = (w.rows, w.cols);
     if rows == 0 || cols == 0 {
@@ -405,7 +465,7 @@ fn linear_impl<const BLOCK4: bool>(
         MatrixData::F16(data) => {
             for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
                 for (t, xt) in x.chunks_exact(cols).enumerate().take(tokens) {
-                    store(t, o, dot_f16(wrow, xt));
+                    store(t, o, dot16(wrow, xt));
                 }
             }
         }
@@ -416,7 +476,7 @@ fn linear_impl<const BLOCK4: bool>(
                 for t in 0..tokens {
                     let xqt = xq.get(t * cols..(t + 1) * cols).unwrap_or(&[]);
                     let xst = xs.get(t * gpr..(t + 1) * gpr).unwrap_or(&[]);
-                    store(t, o, dot_q8(wrow, wsc, xqt, xst, group));
+                    store(t, o, dot_q8_with(wrow, wsc, xqt, xst, group, &dot8));
                 }
             }
         }
@@ -478,9 +538,16 @@ pub fn quantize_group_q4(x: &[f32], packed: &mut [u8]) -> f32 {
 /// Σ over groups of `ws[g] · xs[g] · Σ_i w[i]·x[i]`, the inner sums in i32 (exact).
 #[inline(always)]
 pub fn dot_q8(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
+    dot_q8_with(w, ws, x, xs, group, dot_i8)
+}
+
+/// [`dot_q8`] with the integer group dot supplied (a SIMD build passes its own; integer sums
+/// are exact, so every build gives the same bits).
+#[inline(always)]
+fn dot_q8_with(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize, dot8: impl Fn(&[i8], &[i8]) -> i32) -> f32 {
     let mut total = 0.0f32;
     for (((wg, xg), &sw), &sx) in w.chunks_exact(group.max(1)).zip(x.chunks_exact(group.max(1))).zip(ws).zip(xs) {
-        total += dot_i8(wg, xg) as f32 * (sw * sx);
+        total += dot8(wg, xg) as f32 * (sw * sx);
     }
     total
 }
