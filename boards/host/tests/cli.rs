@@ -87,3 +87,73 @@ fn bad_input_gets_one_clear_line() {
     std::fs::write(&garbage, b"this is not a blob, just some bytes that are long enough").unwrap();
     assert_one_line_error(&["--model", garbage.to_str().unwrap(), "--ids", "1"], "not a model blob");
 }
+
+/// `cargo run -p host` with no arguments: the shipped model streams text.
+#[test]
+fn no_arguments_streams_text_from_the_default_model() {
+    let out = host().output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let words = text.split_whitespace().count();
+    assert!(words > 50, "expected a few hundred tokens of text, got {words} words:\n{text}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    for needle in ["prompt tokens:", "prefill:", "decode:", "memory: arena"] {
+        assert!(err.contains(needle), "stats lack {needle:?}:\n{err}");
+    }
+}
+
+/// The streamed text is exactly the detokenized ids, and tokenize/detokenize round-trip.
+#[test]
+fn streamed_text_tokenize_and_detokenize_agree() {
+    let out = host().args(["--prompt", "ROMEO:", "-n", "40", "--seed", "3", "--print-ids", "--ignore-eos"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    let ids = lines.pop().unwrap().to_string();
+    let streamed = lines.join("\n");
+    assert_eq!(ids.split(',').count(), 40);
+    let de = host().args(["detokenize", "--ids", &ids]).output().unwrap();
+    assert!(de.status.success());
+    let detok = String::from_utf8(de.stdout).unwrap();
+    assert_eq!(format!("ROMEO:{}", detok.trim_end_matches('\n')), streamed);
+
+    let text = "To be, or not to be: that is the question.\n  Whether 'tis nobler — naïve café";
+    let tk = host().args(["tokenize", "--text", text]).output().unwrap();
+    assert!(tk.status.success());
+    let ids = String::from_utf8(tk.stdout).unwrap().lines().last().unwrap().to_string();
+    let de = host().args(["detokenize", "--ids", &ids]).output().unwrap();
+    assert_eq!(String::from_utf8(de.stdout).unwrap(), format!("{text}\n"));
+}
+
+#[test]
+fn same_seed_same_text_and_stop_string() {
+    let run = |args: &[&str]| String::from_utf8(host().args(args).output().unwrap().stdout).unwrap();
+    let a = run(&["--prompt", "KING:", "-n", "30", "--seed", "9"]);
+    let b = run(&["--prompt", "KING:", "-n", "30", "--seed", "9"]);
+    let c = run(&["--prompt", "KING:", "-n", "30", "--seed", "10"]);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    // stop at the first "e": the text up to it and nothing after
+    let full = run(&["--prompt", "KING:", "-n", "30", "--seed", "9", "--ignore-eos"]);
+    let stopped = run(&["--prompt", "KING:", "-n", "30", "--seed", "9", "--ignore-eos", "--stop", "e"]);
+    let cut = full.trim_end_matches('\n');
+    let at = cut["KING:".len()..].find('e').map(|i| i + "KING:".len()).unwrap();
+    assert_eq!(stopped.trim_end_matches('\n'), &cut[..at]);
+}
+
+#[test]
+fn perplexity_prints_loss_and_rejects_bad_sampling() {
+    let file = std::env::temp_dir().join(format!("host-cli-ppl-{}.txt", std::process::id()));
+    std::fs::write(&file, "ROMEO: But soft, what light through yonder window breaks?\n").unwrap();
+    let out = host().args(["perplexity", "--file"]).arg(&file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.contains("mean cross-entropy:") && s.contains("perplexity:"), "{s}");
+    assert_one_line_error(&["--prompt", "x", "--temperature", "-1"], "Temperature");
+    assert_one_line_error(&["--prompt", "x", "--top-p", "1.5"], "TopP");
+    assert_one_line_error(&["--prompt", "x", "--top-p", "NaN"], "TopP");
+    assert_one_line_error(&["--prompt", "x", "--top-k", "5000"], "TopK");
+    assert_one_line_error(&["--prompt", "", "-n", "3"], "empty");
+    let long = "word ".repeat(400);
+    assert_one_line_error(&["--prompt", &long, "-n", "3"], "the context holds");
+}
