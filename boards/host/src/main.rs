@@ -25,7 +25,9 @@ const MAX_TOP_K: usize = 1024;
     name = "host",
     version,
     about = "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs",
-    args_conflicts_with_subcommands = true
+    long_about = "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs.\n\nWith no arguments: the demo. The shipped model streams 256 tokens from its <|endoftext|> token, with context shift, at temperature 0.8, top-k 40, top-p 0.95, seed 42.",
+    args_conflicts_with_subcommands = true,
+    allow_negative_numbers = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -99,7 +101,8 @@ struct GenerateArgs {
     /// Keep going past the end of text token.
     #[arg(long)]
     ignore_eos: bool,
-    /// When the context is full, keep its last half, re-prefill and continue (else stop).
+    /// When the context is full, keep its last half, re-prefill and continue (else stop). On by
+    /// default when neither --prompt nor --ids is given (the demo).
     #[arg(long)]
     context_shift: bool,
     /// KV-cache capacity in tokens (default: the model's n_ctx).
@@ -288,7 +291,10 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let mut utf8 = Utf8Stream::new();
     let mut stop = StopMatcher::new(args.stop.as_deref().unwrap_or("").as_bytes());
     let mut generated = Vec::with_capacity(args.n);
-    let opts = GenerateOptions { max_tokens: args.n, stop_at_eos: !args.ignore_eos, context_shift: args.context_shift };
+    // The demo (no prompt at all) streams past the context; explicit runs stop at a full
+    // context unless --context-shift is given.
+    let context_shift = args.context_shift || (args.prompt.is_none() && args.ids.is_none());
+    let opts = GenerateOptions { max_tokens: args.n, stop_at_eos: !args.ignore_eos, context_shift };
     let t0 = Instant::now();
     let mut first_token_at = None;
     let mut write_err = None;
