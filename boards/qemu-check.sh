@@ -5,7 +5,7 @@
 # transcript and size files in boards/expected/.
 #
 # Usage: boards/qemu-check.sh [--bless] [BOARD...]      (BOARD: qemu-m4, qemu-m55; default both)
-#   MODEL_BLOB=path   the blob to check (default: models/default/model.blob)
+#   MODEL_BLOB=path   the blob to check (default: models/default/model-q8.blob)
 #   --bless           rewrite boards/expected/ from this run (only if host == firmware held)
 #
 # boards/expected/ holds, per board:
@@ -33,7 +33,7 @@ for arg in "$@"; do
 done
 [ ${#BOARDS[@]} -gt 0 ] || BOARDS=(qemu-m4 qemu-m55)
 
-BLOB="${MODEL_BLOB:-$ROOT/models/default/model.blob}"
+BLOB="${MODEL_BLOB:-$ROOT/models/default/model-q8.blob}"
 [ -f "$BLOB" ] || { echo "error: model blob $BLOB not found (set MODEL_BLOB)" >&2; exit 1; }
 BLOB="$(cd "$(dirname "$BLOB")" && pwd)/$(basename "$BLOB")"
 BLOB_SHA="$(sha256sum "$BLOB" | cut -d' ' -f1)"

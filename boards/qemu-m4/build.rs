@@ -2,7 +2,7 @@
 //!
 //! It does what every board's build script does (the shared code is
 //! `firmware_common::build::configure`):
-//! - reads the model blob (`$MODEL_BLOB`, default `../../models/default/model.blob`; reruns when
+//! - reads the model blob (`$MODEL_BLOB`, default `../../models/default/model-q8.blob`; reruns when
 //!   the variable or the file changes) and validates it with the runtime, CRC-32 included;
 //! - sizes the static arena and KV cache from the blob's config
 //!   (`runtime::SessionSizes::new(&config, capacity, 1)`, capacity = min(128, n_ctx)) and writes

@@ -105,7 +105,7 @@ fn generate_and_report(
     let _ = writeln!(err, "blob: {} B at {:#010x} ({})", blob.len(), blob.as_ptr() as usize, board.model_region);
     let (arena_at, kv_at) = (arena.as_ptr() as usize, kv.as_ptr() as usize);
 
-    let mut session = Session::new(&model, arena, kv, capacity)?;
+    let mut session = Session::with_kv_dtype(&model, arena, kv, capacity, settings::KV_DTYPE)?;
     let (arena_bytes, kv_bytes) = session.memory_bytes();
     let _ = writeln!(
         err,

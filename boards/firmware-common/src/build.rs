@@ -1,7 +1,7 @@
 //! Build-script helper (feature `build`, std): everything a board's `build.rs` does, so that file
 //! only states the board's memory layout.
 //!
-//! 1. Finds the model blob: `$MODEL_BLOB`, else `models/default/model.blob` in the repository.
+//! 1. Finds the model blob: `$MODEL_BLOB`, else `models/default/model-q8.blob` in the repository.
 //! 2. Validates it completely with the runtime itself (`Model::from_blob`: structure, shapes,
 //!    CRC-32), so a bad blob fails the build rather than the board.
 //! 3. Sizes the static buffers from its config: `SessionSizes::new(&config, capacity, 1)` with
@@ -105,7 +105,7 @@ pub fn configure(board: &str, layout: &Layout) {
                 manifest_dir.join(p)
             }
         }
-        None => manifest_dir.join("../../models/default/model.blob"),
+        None => manifest_dir.join("../../models/default/model-q8.blob"),
     };
     println!("cargo:rerun-if-changed={}", blob_path.display());
     let blob_path = fs::canonicalize(&blob_path).unwrap_or_else(|e| {
@@ -129,7 +129,7 @@ pub fn configure(board: &str, layout: &Layout) {
 
     // 3. Sizes, checked against memory.x.
     let capacity = settings::capacity(cfg.n_ctx());
-    let sizes = SessionSizes::new(&cfg, capacity, settings::PREFILL_BATCH);
+    let sizes = SessionSizes::with_kv(&cfg, capacity, settings::PREFILL_BATCH, settings::KV_DTYPE);
     let memory_x_path = manifest_dir.join("memory.x");
     let memory_x = fs::read_to_string(&memory_x_path)
         .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", memory_x_path.display())));

@@ -45,6 +45,19 @@ pub const PREFILL_BATCH: usize = 1;
 /// Stop at the end-of-text token, as `host` does by default.
 pub const STOP_AT_EOS: bool = true;
 
+/// Storage of the KV cache: int8 with a scale per head per position, the setting that fits
+/// the default model in 192 KiB of RAM on a real board (`host --kv-dtype int8`).
+pub const KV_DTYPE: runtime::KvDType = runtime::KvDType::I8;
+
+/// The `host --kv-dtype` value for [`KV_DTYPE`].
+pub const fn kv_dtype_arg() -> &'static str {
+    match KV_DTYPE {
+        runtime::KvDType::F32 => "f32",
+        runtime::KvDType::F16 => "f16",
+        runtime::KvDType::I8 => "int8",
+    }
+}
+
 const fn printable_ascii(s: &str) -> bool {
     let b = s.as_bytes();
     let mut i = 0;
@@ -70,7 +83,7 @@ pub fn write_host_args(w: &mut impl core::fmt::Write, capacity: usize) -> core::
     write_decimal(w, s.top_p)?;
     w.write_str(" --repetition-penalty ")?;
     write_decimal(w, s.repetition_penalty)?;
-    write!(w, " --seed {} --ctx {capacity}", s.seed)?;
+    write!(w, " --seed {} --ctx {capacity} --kv-dtype {}", s.seed, kv_dtype_arg())?;
     if !STOP_AT_EOS {
         w.write_str(" --ignore-eos")?;
     }
