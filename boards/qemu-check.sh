@@ -41,6 +41,13 @@ command -v qemu-system-arm >/dev/null || { echo "error: qemu-system-arm not foun
 LLVM_SIZE="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-size"
 [ -x "$LLVM_SIZE" ] || { echo "error: $LLVM_SIZE not found (rustup component add llvm-tools)" >&2; exit 1; }
 
+# Source paths end up in .rodata (panic locations of core and of the crates); map them to fixed
+# names so the sizes in boards/expected do not depend on where the repository is checked out.
+# (Cargo appends these to the rustflags in each board's .cargo/config.toml.)
+REMAP="--remap-path-prefix=$ROOT=/gpt2-mcu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+export CARGO_TARGET_THUMBV7EM_NONE_EABIHF_RUSTFLAGS="$REMAP"
+export CARGO_TARGET_THUMBV8M_MAIN_NONE_EABIHF_RUSTFLAGS="$REMAP"
+
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 FAILED=0
