@@ -51,11 +51,16 @@ pub struct KvCache<'m> {
 impl<'m> KvCache<'m> {
     /// f32 elements (4-byte slots) of storage needed.
     pub const fn required_len(dtype: KvDType, n_layer: usize, capacity: usize, n_embd: usize, n_head: usize) -> usize {
-        let values = 2 * n_layer * capacity * n_embd;
+        // Saturating: on 32-bit targets a valid config can ask for more than usize::MAX values
+        // (1024 layers · n_ctx 65536 · n_embd 64 = 2^33), which wrapped to a small size (release)
+        // or panicked (debug). No buffer holds usize::MAX, so `new` reports KvCacheTooSmall.
+        // (Regression test: tests/tests/malformed_inputs.rs, kv_cache_size_saturates_...)
+        let rows = 2usize.saturating_mul(n_layer).saturating_mul(capacity);
+        let values = rows.saturating_mul(n_embd);
         match dtype {
             KvDType::F32 => values,
             KvDType::F16 => values.div_ceil(2),
-            KvDType::I8 => values.div_ceil(4) + 2 * n_layer * capacity * n_head,
+            KvDType::I8 => values.div_ceil(4).saturating_add(rows.saturating_mul(n_head)),
         }
     }
 
