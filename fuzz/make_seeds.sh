@@ -57,4 +57,4 @@ r = random.Random(7)
 for n in (16, 64, 200, 600, 2000):
     open(f"{sys.argv[1]}/random-{n}", "wb").write(bytes(r.randrange(256) for _ in range(n)))
 EOF
-ls -l $c/*/ | awk '{s += $5} END {print "seed corpus:", NR, "entries,", s, "bytes"}'
+echo "seed corpus: $(find $c -type f | wc -l) files, $(cat $c/*/* | wc -c) bytes"
