@@ -575,15 +575,22 @@ pub fn dot_q4(w: &[u8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
     let g = group.max(2);
     let mut total = 0.0f32;
     for (((wg, xg), &sw), &sx) in w.chunks_exact(g / 2).zip(x.chunks_exact(g)).zip(ws).zip(xs) {
-        let mut acc = 0i32;
-        for (&b, xp) in wg.iter().zip(xg.chunks_exact(2)) {
-            let lo = (b & 0x0F) as i32 - 8;
-            let hi = (b >> 4) as i32 - 8;
-            acc += lo * xp.first().copied().unwrap_or(0) as i32 + hi * xp.get(1).copied().unwrap_or(0) as i32;
-        }
-        total += acc as f32 * (sw * sx);
+        total += dot_q4_group(wg, xg) as f32 * (sw * sx);
     }
     total
+}
+
+/// Integer dot product of packed 4-bit weights (two per byte, low nibble first, stored as
+/// `q + 8`) with int8 activations: `Σ (nibble - 8) · x` in i32 (exact).
+#[inline(always)]
+pub fn dot_q4_group(w: &[u8], x: &[i8]) -> i32 {
+    let mut acc = 0i32;
+    for (&b, xp) in w.iter().zip(x.chunks_exact(2)) {
+        let lo = (b & 0x0F) as i32 - 8;
+        let hi = (b >> 4) as i32 - 8;
+        acc += lo * xp.first().copied().unwrap_or(0) as i32 + hi * xp.get(1).copied().unwrap_or(0) as i32;
+    }
+    acc
 }
 
 /// Naive reference for [`dot_q8`]: element by element, then the same per-group float math.
