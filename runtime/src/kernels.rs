@@ -113,9 +113,10 @@ pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// f32 elements of scratch [`linear`] needs per token to quantize a `cols`-wide activation
-/// row for int8 weights (int8 values packed four per f32 slot, then one scale per group).
+/// row for int8 weights: the int8 values packed four per f32 slot, then per group one scale
+/// (f32) and one sum of the int8 values (i32, used by SIMD kernels that work on unsigned bytes).
 pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
-    cols.div_ceil(4) + cols / if group == 0 { 1 } else { group }
+    cols.div_ceil(4) + 2 * (cols / if group == 0 { 1 } else { group })
 }
 
 /// `out[t, o] (+)= W[o, :] · x[t, :] + bias[o]` for every token t — PyTorch `F.linear`
@@ -131,6 +132,10 @@ pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
 pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
+        // SAFETY: the CPU supports AVX-512F/BW and VNNI (checked at run time).
+        if x86::has_avx512vnni() && unsafe { x86::linear_quant_vnni(out, x, w, bias, accumulate, scratch) } {
+            return;
+        }
         if x86::has_avx512f() {
             // SAFETY: the CPU supports AVX-512F (checked at run time just above).
             unsafe { x86::linear_avx512(out, x, w, bias, accumulate, scratch) };
@@ -170,13 +175,7 @@ fn linear_impl<const BLOCK4: bool>(
         return;
     }
     let tokens = (x.len() / cols).min(out.len() / rows);
-    let mut store = |t: usize, o: usize, y: f32| {
-        let b = bias.get(o).copied().unwrap_or(0.0);
-        if let Some(dst) = out.get_mut(t * rows + o) {
-            let y = y + b;
-            *dst = if accumulate { *dst + y } else { y };
-        }
-    };
+    let mut store = |t: usize, o: usize, y: f32| store_out(out, rows, bias, accumulate, t, o, y);
     match w.data {
         MatrixData::F32(data) => {
             let x = x.get(..tokens * cols).unwrap_or(&[]);
@@ -236,7 +235,7 @@ fn linear_impl<const BLOCK4: bool>(
             }
         }
         MatrixData::Q8 { values, scales, group } => {
-            let (xq, xs) = quantize_rows(x, cols, group, tokens, scratch);
+            let QuantRows { q: xq, scales: xs, .. } = quantize_rows(x, cols, group, tokens, scratch, QuantOrder::Natural);
             let gpr = cols / group.max(1); // groups per row
             for (o, (wrow, wsc)) in values.chunks_exact(cols).zip(scales.chunks_exact(gpr)).enumerate().take(rows) {
                 for t in 0..tokens {
@@ -247,7 +246,7 @@ fn linear_impl<const BLOCK4: bool>(
             }
         }
         MatrixData::Q4 { packed, scales, group } => {
-            let (xq, xs) = quantize_rows(x, cols, group, tokens, scratch);
+            let QuantRows { q: xq, scales: xs, .. } = quantize_rows(x, cols, group, tokens, scratch, QuantOrder::Natural);
             let gpr = cols / group.max(1);
             for (o, (wrow, wsc)) in packed.chunks_exact(cols / 2).zip(scales.chunks_exact(gpr)).enumerate().take(rows) {
                 for t in 0..tokens {
@@ -260,18 +259,66 @@ fn linear_impl<const BLOCK4: bool>(
     }
 }
 
-/// Quantizes `tokens` rows of `x` (`cols` wide) into the scratch: returns (int8 values
-/// `[T, cols]`, scales `[T, cols/group]`).
-fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: usize, scratch: &'s mut [f32]) -> (&'s [i8], &'s [f32]) {
+/// `tokens` activation rows quantized to int8 per group (views into the scratch).
+pub(crate) struct QuantRows<'s> {
+    /// int8 values `[T, cols]`.
+    pub q: &'s [i8],
+    /// One scale per group `[T, cols/group]`.
+    pub scales: &'s [f32],
+    /// Sum of the int8 values of each group `[T, cols/group]`.
+    pub sums: &'s [i32],
+}
+
+/// Order of the int8 activation values [`quantize_rows`] writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QuantOrder {
+    /// As in `x`.
+    Natural,
+    /// For q4 SIMD kernels that split packed bytes into low and high nibbles: in each block of
+    /// 128 values (4 groups of 32), the 64 even-position values (group k's at 16k..16k+16),
+    /// then the 64 odd-position ones. Needs `cols % 128 == 0`.
+    #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
+    Q4Pairs,
+}
+
+/// `out[t, o] (+)= y + bias[o]`: the epilogue of every [`linear`] kernel.
+#[inline(always)]
+fn store_out(out: &mut [f32], rows: usize, bias: &[f32], accumulate: bool, t: usize, o: usize, y: f32) {
+    let b = bias.get(o).copied().unwrap_or(0.0);
+    if let Some(dst) = out.get_mut(t * rows + o) {
+        let y = y + b;
+        *dst = if accumulate { *dst + y } else { y };
+    }
+}
+
+/// Quantizes `tokens` rows of `x` (`cols` wide) into the scratch ([`quant_scratch_len`] per
+/// token). A short scratch yields short views (the kernels then stop early, never overrun).
+pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: usize, scratch: &'s mut [f32], order: QuantOrder) -> QuantRows<'s> {
     let group = group.max(1);
+    let n_groups = tokens * (cols / group);
     let q_slots = (tokens * cols).div_ceil(4);
     let (qs, rest) = scratch.split_at_mut(q_slots.min(scratch.len()));
-    let scales = rest.get_mut(..tokens * (cols / group)).unwrap_or(&mut []);
+    let (scales, rest) = rest.split_at_mut(n_groups.min(rest.len()));
+    let sums: &mut [i32] = bytemuck::cast_slice_mut(rest.get_mut(..n_groups).unwrap_or(&mut []));
     let q: &mut [i8] = bytemuck::cast_slice_mut(qs);
-    for ((xg, qg), s) in x.chunks_exact(group).zip(q.chunks_exact_mut(group)).zip(scales.iter_mut()) {
+    let x = x.get(..tokens * cols).unwrap_or(x);
+    for (((xg, qg), s), sum) in x.chunks_exact(group).zip(q.chunks_exact_mut(group)).zip(scales.iter_mut()).zip(sums.iter_mut()) {
         *s = quantize_group_q8(xg, qg);
+        *sum = qg.iter().map(|&v| v as i32).sum();
     }
-    (q, scales)
+    if order == QuantOrder::Q4Pairs {
+        for block in q.as_chunks_mut::<128>().0 {
+            let natural = *block;
+            let (even, odd) = block.split_at_mut(64);
+            for (k, pairs) in natural.as_chunks::<2>().0.iter().enumerate() {
+                // value 2j of group g (= pair k = 16g + j) goes to 16g + j, its neighbour to 64 + 16g + j
+                if let (Some(e), Some(o)) = (even.get_mut(k), odd.get_mut(k)) {
+                    (*e, *o) = (pairs[0], pairs[1]);
+                }
+            }
+        }
+    }
+    QuantRows { q, scales, sums }
 }
 
 /// Symmetric int8 quantization of one group: `q = round(x / s)` with `s = max|x| / 127`.
@@ -301,7 +348,26 @@ pub fn quantize_group_q4(x: &[f32], packed: &mut [u8]) -> f32 {
     s
 }
 
-/// Σ over groups of `ws[g] · xs[g] · Σ_i w[i]·x[i]`, the inner sums in i32 (exact).
+/// The float side of every q8/q4 dot product, in one fixed order on every target: lane
+/// `g % 16` accumulates `isum[g] as f32 * (ws[g] * xs[g])` over the groups in order, then the
+/// lanes are summed by the tree of [`reduce`]. The integer group sums are exact, so every
+/// kernel that feeds them through this order (portable, x86 VNNI, Arm DSP) gives the same bits:
+/// the host and the board agree on quantized models exactly.
+#[inline(always)]
+pub fn combine_groups(isums: impl Iterator<Item = i32>, ws: &[f32], xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut lane = 0;
+    for ((s, &sw), &sx) in isums.zip(ws).zip(xs) {
+        if let Some(a) = acc.get_mut(lane) {
+            *a += s as f32 * (sw * sx);
+        }
+        lane = (lane + 1) % LANES;
+    }
+    reduce(acc)
+}
+
+/// Σ over groups of `ws[g] · xs[g] · Σ_i w[i]·x[i]`, the inner sums in i32 (exact), combined
+/// by [`combine_groups`].
 #[inline(always)]
 pub fn dot_q8(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
     dot_q8_with(w, ws, x, xs, group, dot_i8)
@@ -311,11 +377,8 @@ pub fn dot_q8(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
 /// are exact, so every build gives the same bits).
 #[inline(always)]
 fn dot_q8_with(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize, dot8: impl Fn(&[i8], &[i8]) -> i32) -> f32 {
-    let mut total = 0.0f32;
-    for (((wg, xg), &sw), &sx) in w.chunks_exact(group.max(1)).zip(x.chunks_exact(group.max(1))).zip(ws).zip(xs) {
-        total += dot8(wg, xg) as f32 * (sw * sx);
-    }
-    total
+    let g = group.max(1);
+    combine_groups(w.chunks_exact(g).zip(x.chunks_exact(g)).map(|(wg, xg)| dot8(wg, xg)), ws, xs)
 }
 
 /// Integer dot product of two int8 vectors (i32 accumulation; lanes let the compiler vectorise).
@@ -339,11 +402,7 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 #[inline(always)]
 pub fn dot_q4(w: &[u8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
     let g = group.max(2);
-    let mut total = 0.0f32;
-    for (((wg, xg), &sw), &sx) in w.chunks_exact(g / 2).zip(x.chunks_exact(g)).zip(ws).zip(xs) {
-        total += dot_q4_group(wg, xg) as f32 * (sw * sx);
-    }
-    total
+    combine_groups(w.chunks_exact(g / 2).zip(x.chunks_exact(g)).map(|(wg, xg)| dot_q4_group(wg, xg)), ws, xs)
 }
 
 /// Integer dot product of packed 4-bit weights (two per byte, low nibble first, stored as
@@ -359,17 +418,20 @@ pub fn dot_q4_group(w: &[u8], x: &[i8]) -> i32 {
     acc
 }
 
-/// Naive reference for [`dot_q8`]: element by element, then the same per-group float math.
+/// Naive reference for [`dot_q8`]: element by element, then the float math of
+/// [`combine_groups`] spelled out (group g into lane g % 16, then the fixed tree).
 pub fn dot_q8_ref(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
-    let mut total = 0.0f32;
+    let mut lanes = [0.0f32; LANES];
     for gi in 0..ws.len().min(xs.len()) {
         let mut acc = 0i32;
         for i in gi * group..(gi + 1) * group {
             acc += *w.get(i).unwrap_or(&0) as i32 * *x.get(i).unwrap_or(&0) as i32;
         }
-        total += acc as f32 * (ws.get(gi).unwrap_or(&0.0) * xs.get(gi).unwrap_or(&0.0));
+        if let Some(l) = lanes.get_mut(gi % LANES) {
+            *l += acc as f32 * (ws.get(gi).unwrap_or(&0.0) * xs.get(gi).unwrap_or(&0.0));
+        }
     }
-    total
+    reduce(lanes)
 }
 
 /// Naive reference for [`dot_q4`]: unpack every weight, then as [`dot_q8_ref`].

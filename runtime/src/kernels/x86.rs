@@ -8,7 +8,7 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
-use super::{linear_impl, reduce, Matrix, LANES};
+use super::{linear_impl, quantize_rows, reduce, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
 
 pub(super) fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2")
@@ -197,6 +197,54 @@ mod tests {
         }
     }
 
+    /// The VNNI q8/q4 `linear` must give the portable kernel's bits for every shape it
+    /// accepts: full and partial blocks of 16 groups, 1 to 9 tokens (token tiles and tails),
+    /// extreme values, bias and accumulate.
+    #[test]
+    fn vnni_linear_is_bit_identical_to_portable() {
+        if !has_avx512vnni() {
+            return;
+        }
+        use crate::kernels::{quant_scratch_len, quantize_group_q4, quantize_group_q8};
+        let mut seed = 7u32;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((seed >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
+        };
+        for &(rows, cols) in &[(3usize, 128usize), (5, 256), (7, 768), (2, 3072), (4, 640), (1, 1024)] {
+            let mut w: std::vec::Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
+            w[0] = 10.0; // a group with one large weight: the rest quantize to small values
+            let bias: std::vec::Vec<f32> = (0..rows).map(|_| rnd()).collect();
+            let mut q8 = std::vec![0i8; rows * cols];
+            let s8: std::vec::Vec<f32> = w.chunks(32).zip(q8.chunks_mut(32)).map(|(a, q)| quantize_group_q8(a, q)).collect();
+            let mut q4 = std::vec![0u8; rows * cols / 2];
+            let s4: std::vec::Vec<f32> = w.chunks(32).zip(q4.chunks_mut(16)).map(|(a, q)| quantize_group_q4(a, q)).collect();
+            let m8 = Matrix { rows, cols, data: MatrixData::Q8 { values: &q8, scales: &s8, group: 32 } };
+            let m4 = Matrix { rows, cols, data: MatrixData::Q4 { packed: &q4, scales: &s4, group: 32 } };
+            for tokens in 1..=9usize {
+                let mut x: std::vec::Vec<f32> = (0..tokens * cols).map(|_| rnd() * 3.0).collect();
+                x[1] = -50.0;
+                for m in [&m8, &m4] {
+                    let is_q4 = matches!(m.data, MatrixData::Q4 { .. });
+                    if is_q4 && cols % 128 != 0 {
+                        continue;
+                    }
+                    for accumulate in [false, true] {
+                        let mut scratch = std::vec![0.0f32; tokens * quant_scratch_len(cols, 32)];
+                        let mut fast = std::vec![0.5f32; tokens * rows];
+                        let mut slow = fast.clone();
+                        // SAFETY: VNNI is present (checked).
+                        assert!(unsafe { linear_quant_vnni(&mut fast, &x, m, &bias, accumulate, &mut scratch) });
+                        linear_impl::<false>(&mut slow, &x, m, &bias, accumulate, &mut scratch, crate::kernels::dot_f32, crate::kernels::dot4_f32, crate::kernels::dot4_pairs_f32, crate::kernels::dot_f16, crate::kernels::dot_i8);
+                        let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+                        let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} q4 {is_q4} accumulate {accumulate}");
+                    }
+                }
+            }
+        }
+    }
+
     /// The SIMD builds must be bit-identical to the portable kernels (host == board).
     #[test]
     fn simd_dots_are_bit_identical_to_portable() {
@@ -231,4 +279,188 @@ mod tests {
 #[target_feature(enable = "avx2")]
 fn dot4_pairs_avx2(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [f32; 4] {
     [dot_f32_avx2(ws[0], xs[0]), dot_f32_avx2(ws[1], xs[1]), dot_f32_avx2(ws[2], xs[2]), dot_f32_avx2(ws[3], xs[3])]
+}
+
+// ---- q8 / q4 with AVX-512 VNNI ---------------------------------------------------------------
+//
+// `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds each run of four products
+// into one of 16 i32 lanes. Weights are made unsigned (q8: `w ^ 0x80` = w + 128; q4: the stored
+// nibble is already q + 8) and the offset is taken back per group with the activation sums that
+// `quantize_rows` keeps: Σ (w + K)·x = Σ w·x + K·Σ x. The i32 lanes of 16 groups are folded
+// into one vector of 16 exact group sums, which then goes through the float math of
+// `combine_groups` lane for lane (mul, mul, add; no FMA): the result is bit-identical to the
+// portable kernel. Group size 32 only (the converter's default); other groups take the
+// portable path.
+
+/// The group size the VNNI kernels handle.
+const VNNI_GROUP: usize = 32;
+/// Tokens that share each loaded block of weights in prefill.
+const TOKEN_TILE: usize = 4;
+
+pub(super) fn has_avx512vnni() -> bool {
+    has_avx512f() && std::is_x86_feature_detected!("avx512vnni")
+}
+
+/// q8 / q4 `linear` (group 32) with AVX-512 VNNI. Returns false, having written nothing, when
+/// the matrix is another dtype or shape, or the scratch is short; the caller then runs the
+/// portable path.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    let (rows, cols) = (w.rows, w.cols);
+    let (q4, data, scales): (bool, &[u8], &[f32]) = match w.data {
+        MatrixData::Q8 { values, scales, group: VNNI_GROUP } if cols % 64 == 0 => (false, bytemuck::cast_slice(values), scales),
+        MatrixData::Q4 { packed, scales, group: VNNI_GROUP } if cols % 128 == 0 => (true, packed, scales),
+        _ => return false,
+    };
+    if rows == 0 || cols == 0 {
+        return true;
+    }
+    let tokens = (x.len() / cols).min(out.len() / rows);
+    let gpr = cols / VNNI_GROUP;
+    let row_bytes = if q4 { cols / 2 } else { cols };
+    if scratch.len() < tokens * super::quant_scratch_len(cols, VNNI_GROUP) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
+        return false;
+    }
+    let order = if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
+    let QuantRows { q, scales: xs, sums } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
+    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
+        return false;
+    }
+    let shift = _mm512_set1_epi32(if q4 { 3 } else { 7 }); // offset K = 8 (q4) or 128 (q8)
+    let blocks = gpr.div_ceil(16);
+    for o in 0..rows {
+        // SAFETY (all raw reads below): row o has `row_bytes` bytes and `gpr` scales (checked
+        // above); block b covers groups 16b..16b+ng of the row, chunk reads stay inside it, and
+        // token t's activations are q[t·cols..], xs/sums[t·gpr..] with t < tokens (checked).
+        let wrow = unsafe { data.as_ptr().add(o * row_bytes) };
+        let wsc = unsafe { scales.as_ptr().add(o * gpr) };
+        let mut t0 = 0;
+        while t0 < tokens {
+            let nt = (tokens - t0).min(TOKEN_TILE);
+            let mut acc = [_mm512_setzero_ps(); TOKEN_TILE];
+            for b in 0..blocks {
+                let g0 = 16 * b;
+                let ng = (gpr - g0).min(16);
+                let mask: __mmask16 = ((1u32 << ng) - 1) as u16;
+                let sw = unsafe { _mm512_maskz_loadu_ps(mask, wsc.add(g0)) };
+                let wblk = unsafe { wrow.add(if q4 { g0 * 16 } else { g0 * 32 }) };
+                let wv = if q4 { unsafe { load_q4_block(wblk, ng / 4) } } else { unsafe { load_q8_block(wblk, ng / 2) } };
+                for (k, a) in acc.iter_mut().enumerate().take(nt) {
+                    let t = t0 + k;
+                    let xt = unsafe { q.as_ptr().add(t * cols + g0 * 32) };
+                    let isum = if q4 { unsafe { sums_q4(&wv, xt, ng / 4) } } else { unsafe { sums_q8(&wv, xt, ng / 2) } };
+                    let xsum = unsafe { _mm512_maskz_loadu_epi32(mask, sums.as_ptr().add(t * gpr + g0)) };
+                    let isum = _mm512_sub_epi32(isum, _mm512_sllv_epi32(xsum, shift));
+                    let sx = unsafe { _mm512_maskz_loadu_ps(mask, xs.as_ptr().add(t * gpr + g0)) };
+                    let term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, sx));
+                    *a = _mm512_mask_add_ps(*a, mask, *a, term);
+                }
+            }
+            for (k, &a) in acc.iter().enumerate().take(nt) {
+                super::store_out(out, rows, bias, accumulate, t0 + k, o, reduce512(a));
+            }
+            t0 += nt;
+        }
+    }
+    true
+}
+
+/// Up to 8 chunks of 64 q8 weights (16 groups), made unsigned (`w ^ 0x80` = w + 128).
+///
+/// # Safety
+/// `w` must be readable for `n · 64` bytes, `n ≤ 8`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn load_q8_block(w: *const u8, n: usize) -> [__m512i; 8] {
+    let bias = _mm512_set1_epi8(-128);
+    let mut v = [_mm512_setzero_si512(); 8];
+    for (c, v) in v.iter_mut().enumerate().take(n) {
+        // SAFETY: c < n, so bytes 64c..64c+64 are inside the caller's range.
+        *v = _mm512_xor_si512(unsafe { _mm512_loadu_si512(w.add(64 * c).cast()) }, bias);
+    }
+    v
+}
+
+/// Up to 4 chunks of 64 packed q4 bytes (16 groups), split into low nibbles (v[2c]) and high
+/// nibbles (v[2c + 1]), each the stored `q + 8` (unsigned).
+///
+/// # Safety
+/// `w` must be readable for `n · 64` bytes, `n ≤ 4`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn load_q4_block(w: *const u8, n: usize) -> [__m512i; 8] {
+    let low = _mm512_set1_epi8(0x0F);
+    let mut v = [_mm512_setzero_si512(); 8];
+    for (c, [lo, hi]) in v.as_chunks_mut::<2>().0.iter_mut().enumerate().take(n) {
+        // SAFETY: c < n, so bytes 64c..64c+64 are inside the caller's range.
+        let p = unsafe { _mm512_loadu_si512(w.add(64 * c).cast()) };
+        *lo = _mm512_and_si512(p, low);
+        *hi = _mm512_and_si512(_mm512_srli_epi16::<4>(p), low);
+    }
+    v
+}
+
+/// The 16 group sums Σ (w + 128)·x of a q8 block: chunk c holds groups 2c (lanes 0–7) and
+/// 2c + 1 (lanes 8–15).
+///
+/// # Safety
+/// `x` must be readable for `n · 64` bytes, `n ≤ 8`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn sums_q8(w: &[__m512i; 8], x: *const i8, n: usize) -> __m512i {
+    let mut d = [_mm512_setzero_si512(); 8];
+    for (c, (d, &w)) in d.iter_mut().zip(w).enumerate().take(n) {
+        // SAFETY: c < n, inside the caller's range.
+        *d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, unsafe { _mm512_loadu_si512(x.add(64 * c).cast()) });
+    }
+    // pairs of chunks -> 128-bit lane k of s[p] holds four partial sums of group 4p + k
+    let pair = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(a, b), _mm512_shuffle_i32x4::<0xDD>(a, b));
+    fold4(pair(d[0], d[1]), pair(d[2], d[3]), pair(d[4], d[5]), pair(d[6], d[7]))
+}
+
+/// The 16 group sums Σ (nibble)·x of a q4 block, activations in the order of
+/// [`QuantOrder::Q4Pairs`]: chunk c (groups 4c..4c+4) has 64 even-position values, then 64
+/// odd-position ones; 128-bit lane k of the result of chunk c holds group 4c + k.
+///
+/// # Safety
+/// `x` must be readable for `n · 128` bytes, `n ≤ 4`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn sums_q4(w: &[__m512i; 8], x: *const i8, n: usize) -> __m512i {
+    let mut s = [_mm512_setzero_si512(); 4];
+    for (c, (s, [lo, hi])) in s.iter_mut().zip(w.as_chunks::<2>().0).enumerate().take(n) {
+        // SAFETY: c < n ≤ 4, so bytes 128c..128c+128 are inside the caller's range.
+        let (even, odd) = unsafe { (_mm512_loadu_si512(x.add(128 * c).cast()), _mm512_loadu_si512(x.add(128 * c + 64).cast())) };
+        *s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), *lo, even), *hi, odd);
+    }
+    fold4(s[0], s[1], s[2], s[3])
+}
+
+/// Folds four vectors whose 128-bit lane k holds four partial sums of group 4j + k (vector j)
+/// into one vector of 16 total group sums, lane g = group g.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn fold4(s0: __m512i, s1: __m512i, s2: __m512i, s3: __m512i) -> __m512i {
+    // lane k: [g_k, g_k, g_{4+k}, g_{4+k}]
+    let r0 = _mm512_add_epi32(_mm512_unpacklo_epi64(s0, s1), _mm512_unpackhi_epi64(s0, s1));
+    let r1 = _mm512_add_epi32(_mm512_unpacklo_epi64(s2, s3), _mm512_unpackhi_epi64(s2, s3));
+    // lane k: [g_k, g_{4+k}, g_{8+k}, g_{12+k}], i.e. element 4k + j holds group k + 4j
+    let (f0, f1) = (_mm512_castsi512_ps(r0), _mm512_castsi512_ps(r1));
+    let t = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps::<0x88>(f0, f1)), _mm512_castps_si512(_mm512_shuffle_ps::<0xDD>(f0, f1)));
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_epi32(order, t)
+}
+
+/// [`super::reduce`] on a vector: lanes i + i+8, then i + i+4, i + i+2, i + i+1 (same tree,
+/// same bits).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn reduce512(v: __m512) -> f32 {
+    let lo = _mm512_castps512_ps256(v);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    let a8 = _mm256_add_ps(lo, hi);
+    let a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps::<1>(a8));
+    let a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+    let a1 = _mm_add_ss(a2, _mm_shuffle_ps::<1>(a2, a2));
+    _mm_cvtss_f32(a1)
 }
