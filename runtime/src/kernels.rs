@@ -35,36 +35,6 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     reduce(acc)
 }
 
-/// Four dot products of one weight row with four activation rows, sharing each weight load
-/// (register blocking for prefill). Each result is bit-identical to [`dot_f32`] of that row:
-/// the per-token lanes and reduction order are the same.
-#[inline(always)]
-pub fn dot4_f32(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
-    let n = x.iter().fold(w.len(), |n, r| n.min(r.len()));
-    let w = w.get(..n).unwrap_or(&[]);
-    let (cw, rw) = w.as_chunks::<LANES>();
-    let [x0, x1, x2, x3] = x.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
-    let (mut a0, mut a1, mut a2, mut a3) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
-    for ((((wc, xa), xb), xc), xd) in cw.iter().zip(x0.0).zip(x1.0).zip(x2.0).zip(x3.0) {
-        mul_add_lanes(&mut a0, wc, xa);
-        mul_add_lanes(&mut a1, wc, xb);
-        mul_add_lanes(&mut a2, wc, xc);
-        mul_add_lanes(&mut a3, wc, xd);
-    }
-    for (acc, xr) in [(&mut a0, x0.1), (&mut a1, x1.1), (&mut a2, x2.1), (&mut a3, x3.1)] {
-        for ((s, &w), &x) in acc.iter_mut().zip(rw).zip(xr) {
-            *s += w * x;
-        }
-    }
-    [reduce(a0), reduce(a1), reduce(a2), reduce(a3)]
-}
-
-/// Four independent dot products `ws[k] · xs[k]`, each bit-identical to [`dot_f32`].
-#[inline(always)]
-pub fn dot4_pairs_f32(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [f32; 4] {
-    [dot_f32(ws[0], xs[0]), dot_f32(ws[1], xs[1]), dot_f32(ws[2], xs[2]), dot_f32(ws[3], xs[3])]
-}
-
 /// `acc[i] += w[i] · x[i]` over one chunk of lanes.
 #[inline(always)]
 fn mul_add_lanes(acc: &mut [f32; LANES], w: &[f32; LANES], x: &[f32; LANES]) {
@@ -136,103 +106,86 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
         if x86::has_avx512vnni() && unsafe { x86::linear_quant_vnni(out, x, w, bias, accumulate, scratch) } {
             return;
         }
-        if x86::has_avx512f() {
-            // SAFETY: the CPU supports AVX-512F (checked at run time just above).
-            unsafe { x86::linear_avx512(out, x, w, bias, accumulate, scratch) };
-            return;
+        if let Some(d) = x86::Avx512::detect() {
+            return d.linear(out, x, w, bias, accumulate, scratch);
         }
-        if x86::has_avx2() {
-            // SAFETY: the CPU supports AVX2 (checked at run time just above).
-            unsafe { x86::linear_avx2(out, x, w, bias, accumulate, scratch) };
-            return;
+        if let Some(d) = x86::Avx2::detect() {
+            return d.linear(out, x, w, bias, accumulate, scratch);
         }
     }
-    linear_impl::<false>(out, x, w, bias, accumulate, scratch, dot_f32, dot4_f32, dot4_pairs_f32, dot_f16, dot_i8);
+    linear_impl(&Portable, out, x, w, bias, accumulate, scratch);
 }
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod x86;
 
-/// The body of [`linear`]. `BLOCK4` enables the 4-token register-blocked f32 kernel, worth it
-/// only with wide vector registers (it holds 64 accumulators).
+/// The dot products one build of [`linear`] runs on: the portable one, and on x86-64 the AVX2
+/// and AVX-512 builds (`kernels/x86.rs`). Every build returns the portable bits.
+pub(crate) trait Dots {
+    /// Use the four-rows (decode) / four-tokens (prefill) loops: worth it with wide vector
+    /// registers only (they hold 64 accumulators).
+    const BLOCK4: bool;
+    /// [`dot_f32`].
+    fn f32(&self, w: &[f32], x: &[f32]) -> f32;
+    /// [`dot_f16`].
+    fn f16(&self, w: &[f16], x: &[f32]) -> f32;
+    /// [`dot_i8`].
+    fn i8(&self, a: &[i8], b: &[i8]) -> i32;
+    /// One f32 weight row against four tokens.
+    fn f32_4tokens(&self, w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+        x.map(|x| self.f32(w, x))
+    }
+    /// Four f32 weight rows against one token.
+    fn f32_4rows(&self, w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
+        w.map(|w| self.f32(w, x))
+    }
+    /// One f16 weight row against four tokens.
+    fn f16_4tokens(&self, w: &[f16], x: [&[f32]; 4]) -> [f32; 4] {
+        x.map(|x| self.f16(w, x))
+    }
+    /// Four f16 weight rows against one token.
+    fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
+        w.map(|w| self.f16(w, x))
+    }
+}
+
+/// The portable build: plain Rust with 16 lanes, the reference every other build matches.
+pub(crate) struct Portable;
+
+impl Dots for Portable {
+    const BLOCK4: bool = false;
+    #[inline(always)]
+    fn f32(&self, w: &[f32], x: &[f32]) -> f32 {
+        dot_f32(w, x)
+    }
+    #[inline(always)]
+    fn f16(&self, w: &[f16], x: &[f32]) -> f32 {
+        dot_f16(w, x)
+    }
+    #[inline(always)]
+    fn i8(&self, a: &[i8], b: &[i8]) -> i32 {
+        dot_i8(a, b)
+    }
+}
+
+/// The body of [`linear`] for one build of the dot products.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn linear_impl<const BLOCK4: bool>(
-    out: &mut [f32],
-    x: &[f32],
-    w: &Matrix<'_>,
-    bias: &[f32],
-    accumulate: bool,
-    scratch: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32,
-    dot4_tokens: impl Fn(&[f32], [&[f32]; 4]) -> [f32; 4],
-    dot4_rows: impl Fn([&[f32]; 4], [&[f32]; 4]) -> [f32; 4],
-    dot16: impl Fn(&[f16], &[f32]) -> f32,
-    dot8: impl Fn(&[i8], &[i8]) -> i32,
-) {
+fn linear_impl<D: Dots>(d: &D, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
     let (rows, cols) = (w.rows, w.cols);
     if rows == 0 || cols == 0 {
         return;
     }
     let tokens = (x.len() / cols).min(out.len() / rows);
+    let x = x.get(..tokens * cols).unwrap_or(&[]);
     let mut store = |t: usize, o: usize, y: f32| store_out(out, rows, bias, accumulate, t, o, y);
     match w.data {
         MatrixData::F32(data) => {
-            let x = x.get(..tokens * cols).unwrap_or(&[]);
-            if BLOCK4 && tokens >= 4 {
-                // prefill: each weight row against four tokens at a time, then the rest
-                for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
-                    let quads = x.chunks_exact(4 * cols);
-                    let rest = quads.remainder();
-                    for (q, x4) in quads.enumerate() {
-                        let mut r = x4.chunks_exact(cols);
-                        let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
-                            continue;
-                        };
-                        for (k, y) in dot4_tokens(wrow, [a, b, c, d]).into_iter().enumerate() {
-                            store(4 * q + k, o, y);
-                        }
-                    }
-                    let done = tokens - rest.len() / cols;
-                    for (t, xt) in rest.chunks_exact(cols).enumerate() {
-                        store(done + t, o, dot(wrow, xt));
-                    }
-                }
-            } else if BLOCK4 {
-                // decode: four weight rows against each token, four chains in flight
-                let quads = data.get(..rows * cols).unwrap_or(&[]).chunks_exact(4 * cols);
-                let rest = quads.remainder();
-                for (q, w4) in quads.enumerate() {
-                    let mut r = w4.chunks_exact(cols);
-                    let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
-                        continue;
-                    };
-                    for (t, xt) in x.chunks_exact(cols).enumerate() {
-                        for (k, y) in dot4_rows([a, b, c, d], [xt; 4]).into_iter().enumerate() {
-                            store(t, 4 * q + k, y);
-                        }
-                    }
-                }
-                let done = rows - rest.len() / cols;
-                for (o, wrow) in rest.chunks_exact(cols).enumerate() {
-                    for (t, xt) in x.chunks_exact(cols).enumerate() {
-                        store(t, done + o, dot(wrow, xt));
-                    }
-                }
-            } else {
-                for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
-                    for (t, xt) in x.chunks_exact(cols).enumerate() {
-                        store(t, o, dot(wrow, xt));
-                    }
-                }
-            }
+            let dense = Dense { data, rows, cols, tokens, block4: D::BLOCK4 };
+            dense.run(x, &mut store, |w, x| d.f32(w, x), |w, x| d.f32_4tokens(w, x), |w, x| d.f32_4rows(w, x));
         }
         MatrixData::F16(data) => {
-            for (o, wrow) in data.chunks_exact(cols).enumerate().take(rows) {
-                for (t, xt) in x.chunks_exact(cols).enumerate().take(tokens) {
-                    store(t, o, dot16(wrow, xt));
-                }
-            }
+            let dense = Dense { data, rows, cols, tokens, block4: D::BLOCK4 };
+            dense.run(x, &mut store, |w, x| d.f16(w, x), |w, x| d.f16_4tokens(w, x), |w, x| d.f16_4rows(w, x));
         }
         MatrixData::Q8 { values, scales, group } => {
             let QuantRows { q: xq, scales: xs, .. } = quantize_rows(x, cols, group, tokens, scratch, QuantOrder::Natural);
@@ -241,7 +194,7 @@ fn linear_impl<const BLOCK4: bool>(
                 for t in 0..tokens {
                     let xqt = xq.get(t * cols..(t + 1) * cols).unwrap_or(&[]);
                     let xst = xs.get(t * gpr..(t + 1) * gpr).unwrap_or(&[]);
-                    store(t, o, dot_q8_with(wrow, wsc, xqt, xst, group, &dot8));
+                    store(t, o, dot_q8_with(wrow, wsc, xqt, xst, group, |a, b| d.i8(a, b)));
                 }
             }
         }
@@ -265,7 +218,9 @@ pub(crate) struct QuantRows<'s> {
     pub q: &'s [i8],
     /// One scale per group `[T, cols/group]`.
     pub scales: &'s [f32],
-    /// Sum of the int8 values of each group `[T, cols/group]`.
+    /// Sum of the int8 values of each group `[T, cols/group]` (for kernels that offset the
+    /// weights to unsigned bytes; one add per value to keep).
+    #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
     pub sums: &'s [i32],
 }
 
@@ -279,6 +234,80 @@ pub(crate) enum QuantOrder {
     /// then the 64 odd-position ones. Needs `cols % 128 == 0`.
     #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
     Q4Pairs,
+}
+
+/// A dense (f32 or f16) weight matrix `[rows, cols]` against `tokens` activation rows.
+struct Dense<'a, W> {
+    data: &'a [W],
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    /// Four tokens per weight row in prefill, four rows per token in decode.
+    block4: bool,
+}
+
+impl<W> Dense<'_, W> {
+    /// Loops over weight rows outside and tokens inside, so each row is read from memory once
+    /// per batch; `store(t, o, y)` takes each result.
+    #[inline(always)]
+    fn run(
+        &self,
+        x: &[f32],
+        store: &mut impl FnMut(usize, usize, f32),
+        dot: impl Fn(&[W], &[f32]) -> f32,
+        dot4_tokens: impl Fn(&[W], [&[f32]; 4]) -> [f32; 4],
+        dot4_rows: impl Fn([&[W]; 4], &[f32]) -> [f32; 4],
+    ) {
+        let Self { data, rows, cols, tokens, block4 } = *self;
+        let data = data.get(..rows * cols).unwrap_or(&[]);
+        if block4 && tokens >= 4 {
+            // prefill: each weight row against four tokens at a time, then the rest
+            for (o, wrow) in data.chunks_exact(cols).enumerate() {
+                let quads = x.chunks_exact(4 * cols);
+                let rest = quads.remainder();
+                for (q, x4) in quads.enumerate() {
+                    let mut r = x4.chunks_exact(cols);
+                    let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
+                        continue;
+                    };
+                    for (k, y) in dot4_tokens(wrow, [a, b, c, d]).into_iter().enumerate() {
+                        store(4 * q + k, o, y);
+                    }
+                }
+                let done = tokens - rest.len() / cols;
+                for (t, xt) in rest.chunks_exact(cols).enumerate() {
+                    store(done + t, o, dot(wrow, xt));
+                }
+            }
+        } else if block4 {
+            // decode: four weight rows against each token, four chains in flight
+            let quads = data.chunks_exact(4 * cols);
+            let rest = quads.remainder();
+            for (q, w4) in quads.enumerate() {
+                let mut r = w4.chunks_exact(cols);
+                let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
+                    continue;
+                };
+                for (t, xt) in x.chunks_exact(cols).enumerate() {
+                    for (k, y) in dot4_rows([a, b, c, d], xt).into_iter().enumerate() {
+                        store(t, 4 * q + k, y);
+                    }
+                }
+            }
+            let done = rows - rest.len() / cols;
+            for (o, wrow) in rest.chunks_exact(cols).enumerate() {
+                for (t, xt) in x.chunks_exact(cols).enumerate() {
+                    store(t, done + o, dot(wrow, xt));
+                }
+            }
+        } else {
+            for (o, wrow) in data.chunks_exact(cols).enumerate() {
+                for (t, xt) in x.chunks_exact(cols).enumerate() {
+                    store(t, o, dot(wrow, xt));
+                }
+            }
+        }
+    }
 }
 
 /// `out[t, o] (+)= y + bias[o]`: the epilogue of every [`linear`] kernel.
@@ -595,18 +624,6 @@ mod tests {
             let w16f: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
             let (h, r) = (dot_f16(&w16, &b), dot_f32_ref(&w16f, &b));
             assert!(close(h, r, 1e-4 * (1.0 + r.abs())), "f16 n={n}: {h} vs {r}");
-        }
-    }
-
-    #[test]
-    fn dot4_is_bit_identical_to_four_dots() {
-        for n in [1usize, 15, 16, 17, 64, 100, 768] {
-            let w: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
-            let xs: Vec<Vec<f32>> = (0..4).map(|k| (0..n).map(|i| ((i * 53 + k * 11) % 97) as f32 / 13.0 - 3.0).collect()).collect();
-            let four = dot4_f32(&w, [&xs[0], &xs[1], &xs[2], &xs[3]]);
-            for k in 0..4 {
-                assert_eq!(four[k].to_bits(), dot_f32(&w, &xs[k]).to_bits(), "n={n} k={k}");
-            }
         }
     }
 

@@ -8,65 +8,180 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
-use super::{linear_impl, quantize_rows, reduce, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
-
-pub(super) fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2")
-}
+use super::{linear_impl, quantize_rows, reduce, Dots, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
 
 pub(super) fn has_avx512f() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")
 }
 
+/// Proof that the CPU has AVX2: made only by [`Avx2::detect`].
+pub(super) struct Avx2(());
+
+impl Avx2 {
+    pub(super) fn detect() -> Option<Self> {
+        std::is_x86_feature_detected!("avx2").then_some(Self(()))
+    }
+
+    pub(super) fn linear(&self, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+        // SAFETY: an Avx2 exists only when the CPU has AVX2.
+        unsafe { linear_avx2(self, out, x, w, bias, acc, scratch) }
+    }
+}
+
+/// Proof that the CPU has AVX-512F and AVX-512BW: made only by [`Avx512::detect`].
+pub(super) struct Avx512(());
+
+impl Avx512 {
+    pub(super) fn detect() -> Option<Self> {
+        has_avx512f().then_some(Self(()))
+    }
+
+    pub(super) fn linear(&self, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+        // SAFETY: an Avx512 exists only when the CPU has AVX-512F/BW.
+        unsafe { linear_avx512(self, out, x, w, bias, acc, scratch) }
+    }
+}
+
 #[target_feature(enable = "avx2")]
-pub(super) fn linear_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-    linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx2(a, b), |w, x| dot4_pairs_avx2([w; 4], x), |a, b| dot4_pairs_avx2(a, b), super::dot_f16, super::dot_i8)
+fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+    linear_impl(d, out, x, w, bias, acc, scratch)
 }
 
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) fn linear_avx512(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-    linear_impl::<true>(out, x, w, bias, acc, scratch, |a, b| dot_f32_avx512(a, b), |w, x| dot4_tokens_avx512(w, x), |a, b| dot4_pairs_avx512(a, b), |w, x| dot_f16_avx512(w, x), |a, b| dot_i8_avx512(a, b))
+fn linear_avx512(d: &Avx512, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+    linear_impl(d, out, x, w, bias, acc, scratch)
+}
+
+// SAFETY (every method): an Avx2 exists only when the CPU has AVX2.
+impl Dots for Avx2 {
+    const BLOCK4: bool = true;
+    #[inline(always)]
+    fn f32(&self, w: &[f32], x: &[f32]) -> f32 {
+        unsafe { dot_f32_avx2(w, x) }
+    }
+    #[inline(always)]
+    fn f16(&self, w: &[f16], x: &[f32]) -> f32 {
+        super::dot_f16(w, x)
+    }
+    #[inline(always)]
+    fn i8(&self, a: &[i8], b: &[i8]) -> i32 {
+        super::dot_i8(a, b)
+    }
+}
+
+// SAFETY (every method): an Avx512 exists only when the CPU has AVX-512F/BW.
+impl Dots for Avx512 {
+    const BLOCK4: bool = true;
+    #[inline(always)]
+    fn f32(&self, w: &[f32], x: &[f32]) -> f32 {
+        unsafe { dot_avx512(w, x) }
+    }
+    #[inline(always)]
+    fn f16(&self, w: &[f16], x: &[f32]) -> f32 {
+        unsafe { dot_avx512(w, x) }
+    }
+    #[inline(always)]
+    fn i8(&self, a: &[i8], b: &[i8]) -> i32 {
+        unsafe { dot_i8_avx512(a, b) }
+    }
+    #[inline(always)]
+    fn f32_4tokens(&self, w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+        unsafe { dot4_tokens_avx512(w, x) }
+    }
+    #[inline(always)]
+    fn f32_4rows(&self, w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
+        unsafe { dot4_rows_avx512(w, x) }
+    }
+    #[inline(always)]
+    fn f16_4tokens(&self, w: &[f16], x: [&[f32]; 4]) -> [f32; 4] {
+        unsafe { dot4_tokens_avx512(w, x) }
+    }
+    #[inline(always)]
+    fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
+        unsafe { dot4_rows_avx512(w, x) }
+    }
+}
+
+/// A weight element the AVX-512 kernels read: f32 as is, f16 widened (exactly, so the
+/// products are the portable ones).
+trait Weight: Copy {
+    /// 16 weights as f32.
+    ///
+    /// # Safety
+    /// `p` must be readable for 16 elements and the CPU must have AVX-512F.
+    unsafe fn load16(p: *const Self) -> __m512;
+    fn widen(self) -> f32;
+}
+
+impl Weight for f32 {
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> __m512 {
+        // SAFETY: the caller guarantees 64 readable bytes and AVX-512F.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Weight for f16 {
+    #[inline(always)]
+    unsafe fn load16(p: *const Self) -> __m512 {
+        // SAFETY: the caller guarantees 32 readable bytes and AVX-512F.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
 }
 
 /// Finishes like the portable kernel: the remainder is added lane by lane, then the same
 /// fixed reduction tree.
 #[inline(always)]
-fn finish(mut lanes: [f32; LANES], ra: &[f32], rb: &[f32]) -> f32 {
-    for ((s, &x), &y) in lanes.iter_mut().zip(ra).zip(rb) {
-        *s += x * y;
+fn finish<W: Weight>(mut lanes: [f32; LANES], rw: &[W], rx: &[f32]) -> f32 {
+    for ((s, &w), &x) in lanes.iter_mut().zip(rw).zip(rx) {
+        *s += w.widen() * x;
     }
     reduce(lanes)
 }
 
-/// [`super::dot_f32`] with one 16-lane AVX-512 register (lane i sums elements i, i+16, …,
-/// exactly as the portable code does; mul then add, no FMA).
-#[target_feature(enable = "avx512f")]
-fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (ca, ra) = a.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
-    let (cb, rb) = b.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
-    let mut acc = _mm512_setzero_ps();
-    for (x, y) in ca.iter().zip(cb) {
-        // SAFETY: x and y are [f32; 16]: 64 readable bytes each (unaligned loads).
-        let (vx, vy) = unsafe { (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(y.as_ptr())) };
-        acc = _mm512_add_ps(acc, _mm512_mul_ps(vx, vy));
-    }
+/// Spills a vector of 16 lane sums and finishes it.
+#[inline(always)]
+fn finish_vec<W: Weight>(acc: __m512, rw: &[W], rx: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
-    // SAFETY: lanes is [f32; 16]: 64 writable bytes.
+    // SAFETY: lanes is [f32; 16]: 64 writable bytes (AVX-512F: only called from its kernels).
     unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-    finish(lanes, ra, rb)
+    finish(lanes, rw, rx)
 }
 
-/// Four [`dot_f32_avx512`]s of one weight row against four tokens, sharing each weight load.
+/// [`super::dot_f32`] / [`super::dot_f16`] with one 16-lane AVX-512 register (lane i sums
+/// elements i, i+16, …, exactly as the portable code does; mul then add, no FMA).
 #[target_feature(enable = "avx512f")]
-fn dot4_tokens_avx512(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+fn dot_avx512<W: Weight>(w: &[W], x: &[f32]) -> f32 {
+    let n = w.len().min(x.len());
+    let (cw, rw) = w.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+    let (cx, rx) = x.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+    let mut acc = _mm512_setzero_ps();
+    for (wc, xc) in cw.iter().zip(cx) {
+        // SAFETY: wc and xc hold 16 elements each.
+        let (vw, vx) = unsafe { (W::load16(wc.as_ptr()), _mm512_loadu_ps(xc.as_ptr())) };
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(vw, vx));
+    }
+    finish_vec(acc, rw, rx)
+}
+
+/// Four [`dot_avx512`]s of one weight row against four tokens, sharing each weight load.
+#[target_feature(enable = "avx512f")]
+fn dot4_tokens_avx512<W: Weight>(w: &[W], x: [&[f32]; 4]) -> [f32; 4] {
     let n = x.iter().fold(w.len(), |n, r| n.min(r.len()));
     let (cw, rw) = w.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
     let xs = x.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
     let mut acc = [_mm512_setzero_ps(); 4];
     for (i, wc) in cw.iter().enumerate() {
-        // SAFETY: wc is [f32; 16].
-        let vw = unsafe { _mm512_loadu_ps(wc.as_ptr()) };
+        // SAFETY: wc holds 16 weights.
+        let vw = unsafe { W::load16(wc.as_ptr()) };
         for (a, (c, _)) in acc.iter_mut().zip(&xs) {
             if let Some(xc) = c.get(i) {
                 // SAFETY: xc is [f32; 16].
@@ -77,62 +192,35 @@ fn dot4_tokens_avx512(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
     }
     let mut out = [0.0f32; 4];
     for ((o, a), (_, r)) in out.iter_mut().zip(acc).zip(&xs) {
-        let mut lanes = [0.0f32; LANES];
-        // SAFETY: lanes is [f32; 16].
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
-        *o = finish(lanes, rw, r);
+        *o = finish_vec(a, rw, r);
     }
     out
 }
 
-/// Four independent [`dot_f32_avx512`]s, `ws[k] · xs[k]`: four accumulator chains in
-/// flight (one weight row against four tokens in prefill, four rows against one token in
-/// decode). Each result is bit-identical to the single dot.
+/// Four [`dot_avx512`]s of four weight rows against one token: four accumulator chains in
+/// flight (decode). Each result is bit-identical to the single dot.
 #[target_feature(enable = "avx512f")]
-fn dot4_pairs_avx512(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [f32; 4] {
-    let n = ws.iter().chain(&xs).fold(usize::MAX, |n, r| n.min(r.len()));
+fn dot4_rows_avx512<W: Weight>(ws: [&[W]; 4], x: &[f32]) -> [f32; 4] {
+    let n = ws.iter().fold(x.len(), |n, r| n.min(r.len()));
     let wc = ws.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
-    let xc = xs.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
-    let chunks = n / LANES;
+    let (xc, rx) = x.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
     let mut acc = [_mm512_setzero_ps(); 4];
-    for i in 0..chunks {
-        for (a, (w, x)) in acc.iter_mut().zip(wc.iter().zip(&xc)) {
-            if let (Some(w), Some(x)) = (w.0.get(i), x.0.get(i)) {
-                // SAFETY: w and x are [f32; 16]: 64 readable bytes each.
-                let (vw, vx) = unsafe { (_mm512_loadu_ps(w.as_ptr()), _mm512_loadu_ps(x.as_ptr())) };
+    for (i, xc) in xc.iter().enumerate() {
+        // SAFETY: xc is [f32; 16].
+        let vx = unsafe { _mm512_loadu_ps(xc.as_ptr()) };
+        for (a, (w, _)) in acc.iter_mut().zip(&wc) {
+            if let Some(w) = w.get(i) {
+                // SAFETY: w holds 16 weights.
+                let vw = unsafe { W::load16(w.as_ptr()) };
                 *a = _mm512_add_ps(*a, _mm512_mul_ps(vw, vx));
             }
         }
     }
     let mut out = [0.0f32; 4];
-    for ((o, a), (w, x)) in out.iter_mut().zip(acc).zip(wc.iter().zip(&xc)) {
-        let mut lanes = [0.0f32; LANES];
-        // SAFETY: lanes is [f32; 16].
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
-        *o = finish(lanes, w.1, x.1);
+    for ((o, a), (_, rw)) in out.iter_mut().zip(acc).zip(&wc) {
+        *o = finish_vec(a, rw, rx);
     }
     out
-}
-
-/// [`super::dot_f16`] with hardware f16 → f32 conversion (exact, so bit-identical).
-#[target_feature(enable = "avx512f")]
-fn dot_f16_avx512(w: &[f16], x: &[f32]) -> f32 {
-    let n = w.len().min(x.len());
-    let (cw, rw) = w.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
-    let (cx, rx) = x.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
-    let mut acc = _mm512_setzero_ps();
-    for (wc, xc) in cw.iter().zip(cx) {
-        // SAFETY: wc is [f16; 16] (32 readable bytes), xc is [f32; 16] (64 bytes).
-        let (vw, vx) = unsafe { (_mm512_cvtph_ps(_mm256_loadu_si256(wc.as_ptr().cast())), _mm512_loadu_ps(xc.as_ptr())) };
-        acc = _mm512_add_ps(acc, _mm512_mul_ps(vw, vx));
-    }
-    let mut lanes = [0.0f32; LANES];
-    // SAFETY: lanes is [f32; 16].
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-    for ((s, w), &x) in lanes.iter_mut().zip(rw).zip(rx) {
-        *s += w.to_f32() * x;
-    }
-    reduce(lanes)
 }
 
 /// [`super::dot_i8`]: sign-extend to i16, multiply pairs and add into i32 lanes (exact).
@@ -185,15 +273,50 @@ mod tests {
         }
         for n in [0usize, 5, 16, 31, 32, 33, 100, 768] {
             let w: std::vec::Vec<f16> = (0..n).map(|i| f16::from_f32(((i * 37 % 101) as f32 - 50.0) / 17.0)).collect();
-            let x: std::vec::Vec<f32> = (0..n).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
+            let xs: std::vec::Vec<std::vec::Vec<f32>> =
+                (0..4).map(|k| (0..n).map(|i| ((i * 53 + k * 7) % 97) as f32 / 13.0 - 3.0).collect()).collect();
+            let want: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f16(&w, x).to_bits()).collect();
+            let refs = [&xs[0][..], &xs[1][..], &xs[2][..], &xs[3][..]];
             // SAFETY: AVX-512F/BW present (checked).
-            let h = unsafe { dot_f16_avx512(&w, &x) };
-            assert_eq!(h.to_bits(), super::super::dot_f16(&w, &x).to_bits(), "f16 n={n}");
+            let (one, tok4) = unsafe { (dot_avx512(&w, &xs[0]), dot4_tokens_avx512(&w, refs)) };
+            assert_eq!(one.to_bits(), want[0], "f16 n={n}");
+            assert_eq!(tok4.map(f32::to_bits).to_vec(), want, "f16 4 tokens n={n}");
+            // four rows (rotations of w) against one token
+            let rows: std::vec::Vec<std::vec::Vec<f16>> = (0..4).map(|k| w.iter().cycle().skip(k).take(n).copied().collect()).collect();
+            // SAFETY: as above.
+            let rows4 = unsafe { dot4_rows_avx512([&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]], &xs[0]) };
+            let want_rows: std::vec::Vec<u32> = rows.iter().map(|r| super::super::dot_f16(r, &xs[0]).to_bits()).collect();
+            assert_eq!(rows4.map(f32::to_bits).to_vec(), want_rows, "f16 4 rows n={n}");
             let a: std::vec::Vec<i8> = (0..n).map(|i| ((i * 37 % 255) as i32 - 127) as i8).collect();
             let b: std::vec::Vec<i8> = (0..n).map(|i| ((i * 91 % 255) as i32 - 127) as i8).collect();
             // SAFETY: as above.
             let d = unsafe { dot_i8_avx512(&a, &b) };
             assert_eq!(d, super::super::dot_i8(&a, &b), "i8 n={n}");
+        }
+    }
+
+    /// The SIMD builds must be bit-identical to the portable kernels (host == board).
+    #[test]
+    fn simd_dots_are_bit_identical_to_portable() {
+        for n in [0usize, 1, 15, 16, 17, 100, 768, 3072] {
+            let w: std::vec::Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+            let xs: std::vec::Vec<std::vec::Vec<f32>> =
+                (0..4).map(|k| (0..n).map(|i| ((i * 53 + k * 11) % 97) as f32 / 13.0 - 3.0).collect()).collect();
+            let want: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f32(&w, x).to_bits()).collect();
+            let refs = [&xs[0][..], &xs[1][..], &xs[2][..], &xs[3][..]];
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 is present (checked).
+                let one = unsafe { dot_f32_avx2(&w, &xs[0]) };
+                assert_eq!(one.to_bits(), want[0], "avx2 n={n}");
+            }
+            if has_avx512f() {
+                // SAFETY: AVX-512F is present (checked).
+                let (one, tok4, rows4) = unsafe { (dot_avx512(&w, &xs[0]), dot4_tokens_avx512(&w, refs), dot4_rows_avx512(refs, &w)) };
+                assert_eq!(one.to_bits(), want[0], "avx512 n={n}");
+                assert_eq!(tok4.map(f32::to_bits).to_vec(), want, "avx512 4 tokens n={n}");
+                let want_rows: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f32(x, &w).to_bits()).collect();
+                assert_eq!(rows4.map(f32::to_bits).to_vec(), want_rows, "avx512 4 rows n={n}");
+            }
         }
     }
 
@@ -235,7 +358,7 @@ mod tests {
                         let mut slow = fast.clone();
                         // SAFETY: VNNI is present (checked).
                         assert!(unsafe { linear_quant_vnni(&mut fast, &x, m, &bias, accumulate, &mut scratch) });
-                        linear_impl::<false>(&mut slow, &x, m, &bias, accumulate, &mut scratch, crate::kernels::dot_f32, crate::kernels::dot4_f32, crate::kernels::dot4_pairs_f32, crate::kernels::dot_f16, crate::kernels::dot_i8);
+                        linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, accumulate, &mut scratch);
                         let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
                         let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
                         assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} q4 {is_q4} accumulate {accumulate}");
@@ -244,42 +367,8 @@ mod tests {
             }
         }
     }
-
-    /// The SIMD builds must be bit-identical to the portable kernels (host == board).
-    #[test]
-    fn simd_dots_are_bit_identical_to_portable() {
-        for n in [0usize, 1, 15, 16, 17, 100, 768, 3072] {
-            let w: std::vec::Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
-            let xs: std::vec::Vec<std::vec::Vec<f32>> =
-                (0..4).map(|k| (0..n).map(|i| ((i * 53 + k * 11) % 97) as f32 / 13.0 - 3.0).collect()).collect();
-            let want: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f32(&w, x).to_bits()).collect();
-            let refs = [&xs[0][..], &xs[1][..], &xs[2][..], &xs[3][..]];
-            if has_avx2() {
-                // SAFETY: AVX2 is present (checked).
-                let (one, four) = unsafe { (dot_f32_avx2(&w, &xs[0]), dot4_pairs_avx2([&w[..]; 4], refs)) };
-                assert_eq!(one.to_bits(), want[0], "avx2 n={n}");
-                assert_eq!(four.map(f32::to_bits).to_vec(), want, "avx2 dot4 n={n}");
-            }
-            if has_avx512f() {
-                // SAFETY: AVX-512F is present (checked).
-                let (one, four) = unsafe { (dot_f32_avx512(&w, &xs[0]), dot4_pairs_avx512([&w[..]; 4], refs)) };
-                // and four rows against one token
-                let rows4 = unsafe { dot4_pairs_avx512(refs, [&w[..]; 4]) };
-                let tok4 = unsafe { dot4_tokens_avx512(&w, refs) };
-                assert_eq!(tok4.map(f32::to_bits).to_vec(), want, "avx512 dot4 tokens n={n}");
-                assert_eq!(rows4.map(f32::to_bits).to_vec(), xs.iter().map(|x| super::super::dot_f32(x, &w).to_bits()).collect::<std::vec::Vec<_>>());
-                assert_eq!(one.to_bits(), want[0], "avx512 n={n}");
-                assert_eq!(four.map(f32::to_bits).to_vec(), want, "avx512 dot4 n={n}");
-            }
-        }
-    }
 }
 
-/// Four independent [`dot_f32_avx2`]s, `ws[k] · xs[k]`.
-#[target_feature(enable = "avx2")]
-fn dot4_pairs_avx2(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [f32; 4] {
-    [dot_f32_avx2(ws[0], xs[0]), dot_f32_avx2(ws[1], xs[1]), dot_f32_avx2(ws[2], xs[2]), dot_f32_avx2(ws[3], xs[3])]
-}
 
 // ---- q8 / q4 with AVX-512 VNNI ---------------------------------------------------------------
 //
