@@ -476,6 +476,7 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     }
     let bytes = model.weight_bytes_per_token() as f64;
     let (p, d) = (median(pre), median(dec));
+    let bandwidth = read_bandwidth(file.bytes(), runs.max(3));
     println!(
         "model: {} layers, n_embd {}, vocab {}, {} weights, {} KV cache",
         cfg.n_layer,
@@ -488,7 +489,34 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     println!("prefill: {p:.1} tok/s");
     println!("decode:  {d:.1} tok/s");
     println!("weight bytes per decoded token: {:.1} MB  -> {:.2} GB/s streamed", bytes / 1e6, bytes * d / 1e9);
+    println!(
+        "memory read bandwidth (this blob, 1 thread): {:.2} GB/s  -> decode bound {:.1} tok/s, decode reaches {:.0}% of it",
+        bandwidth / 1e9,
+        bandwidth / bytes,
+        100.0 * bytes * d / bandwidth
+    );
     Ok(())
+}
+
+/// Read bandwidth of one thread over `bytes` (the blob, so the working set is the weights'):
+/// the median of `runs` passes of a plain sum over 64-byte blocks with independent
+/// accumulators. Decode cannot stream weights faster than this.
+fn read_bandwidth(bytes: &[u8], runs: usize) -> f64 {
+    let (blocks, _) = bytes.as_chunks::<64>();
+    let mut rates = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let mut acc = [0u64; 8];
+        for b in blocks {
+            let (words, _) = b.as_chunks::<8>();
+            for (a, w) in acc.iter_mut().zip(words) {
+                *a = a.wrapping_add(u64::from_le_bytes(*w));
+            }
+        }
+        std::hint::black_box(acc);
+        rates.push((blocks.len() * 64) as f64 / t0.elapsed().as_secs_f64());
+    }
+    median(rates)
 }
 
 fn run(cli: Cli) -> Result<()> {
