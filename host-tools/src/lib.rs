@@ -3,6 +3,7 @@
 pub mod accuracy;
 pub mod blob_file;
 pub mod blob_writer;
+pub mod boards;
 pub mod convert;
 pub mod eval;
 pub mod hf;
