@@ -9,5 +9,6 @@ pub mod eval;
 pub mod hf;
 pub mod inspect;
 pub mod npy;
+pub mod plan;
 pub mod random;
 pub mod tokenizer_pack;
