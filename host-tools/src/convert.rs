@@ -77,7 +77,7 @@ pub fn quantize_matrix(data: &[f32], rows: usize, cols: usize, group: usize, fou
 /// The group used for a row of `cols`: the largest divisor ≤ `want` and ≥ MIN_GROUP (even for
 /// q4), or None.
 pub fn pick_group(cols: usize, want: usize, four_bit: bool) -> Option<usize> {
-    (runtime::model::MIN_GROUP..=want.min(cols)).rev().find(|g| cols % g == 0 && (!four_bit || g % 2 == 0))
+    (runtime::model::MIN_GROUP..=want.min(cols)).rev().find(|g| cols.is_multiple_of(*g) && (!four_bit || g.is_multiple_of(2)))
 }
 
 /// The result of a conversion.

@@ -29,7 +29,7 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     writeln!(s, "  bos_token_id {}  eos_token_id {}", cfg.bos_token_id, cfg.eos_token_id)?;
 
     writeln!(s, "\ntensors ({}):", header.n_tensors)?;
-    writeln!(s, "  {:<28} {:<9} {:>14} {:>12} {:>12}  {}", "name", "dtype", "shape", "offset", "bytes", "quant. error (est. RMS / RMS)")?;
+    writeln!(s, "  {:<28} {:<9} {:>14} {:>12} {:>12}  quant. error (est. RMS / RMS)", "name", "dtype", "shape", "offset", "bytes")?;
     let (mut emb, mut layers, mut other, mut params) = (0u64, 0u64, 0u64, 0u64);
     for e in TensorTable::new(table, header.n_tensors) {
         let e = e.map_err(|e| anyhow::anyhow!("invalid tensor table: {e}"))?;

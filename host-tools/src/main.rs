@@ -1,12 +1,14 @@
-//! `host-tools`: convert Hugging Face GPT-2 checkpoints to blobs, inspect blobs, write random
-//! checkpoints.
+//! `host-tools`: convert Hugging Face GPT-2 checkpoints to blobs, inspect blobs, plan a blob's
+//! memory on a board, write random checkpoints.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use host_tools::boards::{self, parse_bytes};
 use host_tools::convert::{convert, ConvertOptions, WeightDType};
+use host_tools::plan::{KvArg, Plan, Target};
 use host_tools::random::{write_random, RandomShape};
 
 #[derive(Parser)]
@@ -48,6 +50,32 @@ enum Cmd {
         /// Context length for the memory estimate (default: the model's n_ctx).
         #[arg(long)]
         ctx: Option<usize>,
+    },
+    /// Plan a blob's memory on a board: flash (model, code) and RAM (arena, KV cache, token
+    /// window, stack) per region, whether each fits, and the largest context whose RAM fits.
+    /// Exits 1 when it does not fit.
+    Plan {
+        /// Blob file.
+        #[arg(required_unless_present = "list_boards")]
+        blob: Option<PathBuf>,
+        /// A known board (see --list-boards).
+        #[arg(long, value_name = "NAME", required_unless_present_any = ["flash", "list_boards"], conflicts_with_all = ["flash", "ram"])]
+        board: Option<String>,
+        /// Flash of a custom board (code and model), in bytes: 1048576, 1M, 1MiB, 512K, 0x80000.
+        #[arg(long, value_name = "BYTES", requires = "ram", value_parser = parse_bytes)]
+        flash: Option<u64>,
+        /// RAM of a custom board (buffers, stack and statics), in bytes: 262144, 256K, 256KiB.
+        #[arg(long, value_name = "BYTES", requires = "flash", value_parser = parse_bytes)]
+        ram: Option<u64>,
+        /// Context (KV-cache capacity) to plan for. Default: the firmware's, min(128, n_ctx).
+        #[arg(long)]
+        ctx: Option<usize>,
+        /// KV-cache storage (as `host --kv-dtype`). Default: the firmware's, int8.
+        #[arg(long, value_enum)]
+        kv_dtype: Option<KvArg>,
+        /// Print the known boards and their memory, then exit.
+        #[arg(long, conflicts_with_all = ["board", "flash", "ram", "ctx", "kv_dtype"])]
+        list_boards: bool,
     },
     /// Measure what each weight dtype (f32, f16, q8, q4) and KV-cache dtype (f32, f16, int8)
     /// costs against f32 on a text: perplexity, top-1 agreement, KL divergence, max logit
@@ -92,7 +120,7 @@ enum Cmd {
     },
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
         Cmd::Convert { hf_dir, out, dtype, ctx, group, keep_f32 } => {
             const NAMES: [&str; 7] = ["wte", "wpe", "lm_head", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"];
@@ -123,6 +151,21 @@ fn run(cli: Cli) -> Result<()> {
             let bytes = std::fs::read(&blob).with_context(|| format!("cannot read {}", blob.display()))?;
             print!("{}", host_tools::inspect::inspect(&bytes, ctx)?);
         }
+        Cmd::Plan { list_boards: true, .. } => print!("{}", boards::list()),
+        Cmd::Plan { blob, board, flash, ram, ctx, kv_dtype, list_boards: false } => {
+            let target = match (board, flash, ram) {
+                (Some(name), _, _) => Target::board(boards::find(&name)?),
+                (None, Some(flash), Some(ram)) => Target::custom(flash, ram),
+                _ => anyhow::bail!("give --board NAME or --flash BYTES --ram BYTES"),
+            };
+            let Some(blob) = blob else { anyhow::bail!("give the blob file") };
+            let bytes = std::fs::read(&blob).with_context(|| format!("cannot read {}", blob.display()))?;
+            let plan = Plan::new(&bytes, target, ctx, kv_dtype.map(KvArg::dtype))?;
+            print!("{}", plan.report(&blob.display().to_string()));
+            if !plan.fits() {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         Cmd::Accuracy { hf_dir, text, ctx, max_tokens, group } => {
             let t = std::fs::read_to_string(&text).with_context(|| format!("cannot read {}", text.display()))?;
             let (rows, scored, window) = host_tools::accuracy::measure(&hf_dir, &t, ctx, max_tokens, group)?;
@@ -145,13 +188,13 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("wrote {} ({params} parameters, {shape:?}, seed {seed})", out.display());
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use host_tools::blob_file::BlobFile;
+use host_tools::plan::{KvArg, Plan, Target};
 use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::tokenizer::{Tokenizer, Utf8Stream};
@@ -41,25 +42,16 @@ struct ModelArg {
     /// Model blob (made by `host-tools convert`). Default: the model shipped in the repo.
     #[arg(long, default_value = DEFAULT_MODEL, hide_default_value = true)]
     model: PathBuf,
-    /// Storage of the KV cache: f32, f16 or int8 (one scale per head per position).
-    #[arg(long, value_enum, default_value = "f32")]
-    kv_dtype: KvArg,
+    /// Storage of the KV cache: f32, f16 or int8 (one scale per head per position). Default:
+    /// f32; with --board, the firmware's (int8).
+    #[arg(long, value_enum)]
+    kv_dtype: Option<KvArg>,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum KvArg {
-    F32,
-    F16,
-    Int8,
-}
-
-impl KvArg {
-    fn dtype(self) -> KvDType {
-        match self {
-            KvArg::F32 => KvDType::F32,
-            KvArg::F16 => KvDType::F16,
-            KvArg::Int8 => KvDType::I8,
-        }
+impl ModelArg {
+    /// The KV dtype without --board.
+    fn kv(&self) -> KvDType {
+        self.kv_dtype.map_or(KvDType::F32, KvArg::dtype)
     }
 }
 
@@ -111,6 +103,17 @@ struct GenerateArgs {
     /// Print the generated ids, comma-separated, as the last line of stdout.
     #[arg(long)]
     print_ids: bool,
+    #[command(flatten)]
+    board: BoardArg,
+}
+
+#[derive(Args, Clone)]
+struct BoardArg {
+    /// Run within a board's memory (`host-tools plan --list-boards`): fail with the byte counts
+    /// if the model, arena and KV cache do not fit it, else allocate what its firmware would
+    /// (context min(128, n_ctx) unless --ctx, KV cache int8 unless --kv-dtype, prefill batch 1).
+    #[arg(long, value_name = "NAME")]
+    board: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -125,6 +128,8 @@ enum Cmd {
         /// Output .npy file.
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        board: BoardArg,
     },
     /// Print the token ids of a text, comma-separated, as the last line of stdout.
     Tokenize {
@@ -215,6 +220,27 @@ fn encode(tok: &Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// Context, KV dtype and prefill batch of a session.
+struct SessionShape {
+    capacity: usize,
+    kv: KvDType,
+    batch: usize,
+}
+
+/// With --board: the board's plan at `ctx` (default: the firmware's), an error with the byte
+/// counts when it does not fit, else the session the firmware would allocate and one line on
+/// stderr with the budget. Without: None.
+fn board_shape(file: &BlobFile, board: &BoardArg, ctx: Option<usize>, kv: Option<KvArg>) -> Result<Option<SessionShape>> {
+    let Some(name) = &board.board else { return Ok(None) };
+    let target = Target::board(host_tools::boards::find(name)?);
+    let plan = Plan::new(file.bytes(), target, ctx, kv.map(KvArg::dtype))?;
+    if let Some(line) = plan.error_line() {
+        bail!("{line}");
+    }
+    eprintln!("{}", plan.budget_line());
+    Ok(Some(SessionShape { capacity: plan.ctx, kv: plan.kv_dtype, batch: plan.run.sizes.batch }))
+}
+
 fn capacity_for(model: &Model<'_>, ctx: Option<usize>) -> Result<usize> {
     let n_ctx = model.config().n_ctx();
     match ctx {
@@ -228,7 +254,7 @@ fn join_ids(ids: &[u32]) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path) -> Result<()> {
+fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path, board: &BoardArg) -> Result<()> {
     let file = load(&m.model)?;
     let model = file.model()?;
     let v = model.config().vocab_size();
@@ -236,8 +262,10 @@ fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path) -> Result<()> {
         bail!("{} ids do not fit the model's context of {} tokens", ids.len(), model.config().n_ctx());
     }
     let capacity = ids.len().max(1);
-    let mut buf = Buffers::new(&model, capacity, capacity.min(64), m.kv_dtype.dtype());
-    let mut session = buf.session(&model, capacity, m.kv_dtype.dtype())?;
+    let shape = board_shape(&file, board, Some(capacity), m.kv_dtype)?
+        .unwrap_or(SessionShape { capacity, kv: m.kv(), batch: capacity.min(64) });
+    let mut buf = Buffers::new(&model, shape.capacity, shape.batch, shape.kv);
+    let mut session = buf.session(&model, shape.capacity, shape.kv)?;
     let mut all = vec![0.0f32; ids.len() * v];
     session.prefill_each(ids, |i, logits| all[i * v..(i + 1) * v].copy_from_slice(logits))?;
     host_tools::npy::write_f32(out, &[ids.len() as u64, v as u64], &all)?;
@@ -249,7 +277,14 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let file = load(&args.model.model)?;
     let model = file.model()?;
     let cfg = *model.config();
-    let capacity = capacity_for(&model, args.ctx)?;
+    let shape = match board_shape(&file, &args.board, args.ctx, args.model.kv_dtype)? {
+        Some(shape) => shape,
+        None => {
+            let capacity = capacity_for(&model, args.ctx)?;
+            SessionShape { capacity, kv: args.model.kv(), batch: capacity.min(64) }
+        }
+    };
+    let capacity = shape.capacity;
     let tok = model.tokenizer();
     let prompt: Vec<u32> = match (&args.prompt, &args.ids) {
         (Some(text), _) => encode(tokenizer(&model)?, text)?,
@@ -275,8 +310,8 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         ),
         e => e.into(),
     })?;
-    let kv = args.model.kv_dtype.dtype();
-    let mut buf = Buffers::new(&model, capacity, capacity.min(64), kv);
+    let kv = shape.kv;
+    let mut buf = Buffers::new(&model, capacity, shape.batch, kv);
     let mut session = buf.session(&model, capacity, kv)?;
     let (arena_bytes, kv_bytes) = session.memory_bytes();
     let mut window = vec![0u32; capacity];
@@ -426,7 +461,7 @@ fn cmd_perplexity(m: &ModelArg, file: &Path, ctx: Option<usize>) -> Result<()> {
     }
     let window = capacity_for(&model, ctx)?;
     let t0 = Instant::now();
-    let p = host_tools::eval::perplexity(&model, &ids, window, m.kv_dtype.dtype())?;
+    let p = host_tools::eval::perplexity(&model, &ids, window, m.kv())?;
     eprintln!("{} tokens, window {window}, stride {}, {:.1} s", ids.len(), window / 2, t0.elapsed().as_secs_f64());
     println!("tokens scored: {}", p.tokens);
     println!("mean cross-entropy: {:.6} nats/token", p.mean());
@@ -459,7 +494,7 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     }
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i as u32 * 7919 + 13) % cfg.vocab_size).collect();
     let batch = batch.clamp(1, capacity);
-    let kv = m.kv_dtype.dtype();
+    let kv = m.kv();
     let mut buf = Buffers::new(&model, capacity, batch, kv);
     let (mut pre, mut dec) = (Vec::new(), Vec::new());
     for _ in 0..runs {
@@ -521,7 +556,7 @@ fn read_bandwidth(bytes: &[u8], runs: usize) -> f64 {
 
 fn run(cli: Cli) -> Result<()> {
     match &cli.cmd {
-        Some(Cmd::Logits { model, ids, out }) => cmd_logits(model, ids, out),
+        Some(Cmd::Logits { model, ids, out, board }) => cmd_logits(model, ids, out, board),
         Some(Cmd::Tokenize { model, text, file }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref()),
         Some(Cmd::Detokenize { model, ids }) => cmd_detokenize(&model.model, ids),
         Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),

@@ -157,3 +157,70 @@ fn perplexity_prints_loss_and_rejects_bad_sampling() {
     let long = "word ".repeat(400);
     assert_one_line_error(&["--prompt", &long, "-n", "3"], "the context holds");
 }
+
+fn q8_blob() -> String {
+    root().join("models/default/model-q8.blob").to_str().unwrap().to_string()
+}
+
+/// `--board qemu-m4` with the firmware's run settings allocates what the firmware allocates
+/// (context 128, int8 KV, prefill batch 1) and prints exactly the blessed firmware transcript.
+#[test]
+fn board_that_fits_runs_like_its_firmware() {
+    let out = host()
+        .args(["--board", "qemu-m4", "--model", &q8_blob(), "--prompt", "To be, or not to be, that is the question:"])
+        .args(["-n", "48", "--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--seed", "42", "--print-ids"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want = std::fs::read_to_string(root().join("boards/expected/qemu-m4.run")).unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), want, "host --board qemu-m4 differs from the firmware transcript");
+    let err = String::from_utf8(out.stderr).unwrap();
+    let budget = err.lines().next().unwrap();
+    assert!(budget.starts_with("board qemu-m4: context 128, KV cache int8; RAM "), "{budget}");
+    assert!(budget.contains(" of 4,194,304 B (arena "), "{budget}");
+
+    // logits: the board's session (here with an f32 cache) gives the reference logits.
+    let blob = fixture_blob("odd");
+    let r = reference("odd");
+    let npy = std::env::temp_dir().join(format!("host-cli-board-logits-{}.npy", std::process::id()));
+    let st = host()
+        .args(["logits", "--board", "pico2", "--kv-dtype", "f32", "--model"])
+        .arg(&blob)
+        .args(["--ids", &join(&r["input_ids"]), "--out"])
+        .arg(&npy)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(String::from_utf8_lossy(&st.stderr).starts_with("board pico2: context "));
+    let (_, got) = host_tools::npy::read_f32(&npy).unwrap();
+    let (_, want) = host_tools::npy::read_f32(&root().join("tests/fixtures/odd/logits.npy")).unwrap();
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs() / (1e-4 + 1e-4 * b.abs())).fold(0.0f32, f32::max);
+    assert!(worst <= 1.0, "logits off by {worst} x tolerance");
+}
+
+/// A model that does not fit: non-zero exit, one line, the byte counts, what would fit.
+#[test]
+fn board_that_does_not_fit_fails_with_byte_counts() {
+    let q8 = q8_blob();
+    // 1 MB of q8 weights in 512 KB of flash, 152 KB of buffers in 128 KB of RAM.
+    let args = ["--board", "nucleo-f446re", "--model", &q8, "--prompt", "ROMEO:", "-n", "3"];
+    assert_one_line_error(&args, "error: model does not fit nucleo-f446re: flash needs ");
+    for needle in ["board has 524,288 B (short by ", "; RAM needs ", "board has 131,072 B (short by ", "; largest context that fits: "] {
+        assert_one_line_error(&args, needle);
+    }
+    // Flash alone: the context cannot help.
+    assert_one_line_error(&["--board", "nrf52840-dk", "--model", &q8], "board has 1,048,576 B (short by ");
+    assert_one_line_error(&["--board", "nrf52840-dk", "--model", &q8], "a smaller context does not help");
+    // The largest context is the planner's (the last one whose RAM fits 128 KiB).
+    let err = String::from_utf8(host().args(args).output().unwrap().stderr).unwrap();
+    let target = host_tools::plan::Target::board(host_tools::boards::find("nucleo-f446re").unwrap());
+    let plan = host_tools::plan::Plan::new(&std::fs::read(&q8).unwrap(), target, None, None).unwrap();
+    let largest = plan.largest_ctx.unwrap();
+    assert!(err.contains(&format!("largest context that fits: {largest} (of n_ctx 128")), "{err}");
+    assert_one_line_error(&["logits", "--board", "nucleo-f446re", "--model", &q8, "--ids", "1,2", "--out", "/tmp/x.npy"], "model does not fit nucleo-f446re");
+}
+
+#[test]
+fn unknown_board_lists_the_known_ones() {
+    assert_one_line_error(&["--board", "arduino-uno", "--prompt", "x"], "unknown board \"arduino-uno\"; known boards: qemu-m4, qemu-m55, pico2, nrf52840-dk");
+}
