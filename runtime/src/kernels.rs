@@ -147,6 +147,14 @@ pub(crate) trait Dots {
     fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
         w.map(|w| self.f16(w, x))
     }
+    /// Four f32 weight rows against four tokens: `[row][token]`.
+    fn f32_4x4(&self, w: [&[f32]; 4], x: [&[f32]; 4]) -> [[f32; 4]; 4] {
+        w.map(|w| self.f32_4tokens(w, x))
+    }
+    /// Four f16 weight rows against four tokens: `[row][token]`.
+    fn f16_4x4(&self, w: [&[f16]; 4], x: [&[f32]; 4]) -> [[f32; 4]; 4] {
+        w.map(|w| self.f16_4tokens(w, x))
+    }
 }
 
 /// The portable build: plain Rust with 16 lanes, the reference every other build matches.
@@ -181,11 +189,11 @@ fn linear_impl<D: Dots>(d: &D, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias:
     match w.data {
         MatrixData::F32(data) => {
             let dense = Dense { data, rows, cols, tokens, block4: D::BLOCK4 };
-            dense.run(x, &mut store, |w, x| d.f32(w, x), |w, x| d.f32_4tokens(w, x), |w, x| d.f32_4rows(w, x));
+            dense.run(x, &mut store, |w, x| d.f32(w, x), |w, x| d.f32_4rows(w, x), |w, x| d.f32_4x4(w, x));
         }
         MatrixData::F16(data) => {
             let dense = Dense { data, rows, cols, tokens, block4: D::BLOCK4 };
-            dense.run(x, &mut store, |w, x| d.f16(w, x), |w, x| d.f16_4tokens(w, x), |w, x| d.f16_4rows(w, x));
+            dense.run(x, &mut store, |w, x| d.f16(w, x), |w, x| d.f16_4rows(w, x), |w, x| d.f16_4x4(w, x));
         }
         MatrixData::Q8 { values, scales, group } => {
             let QuantRows { q: xq, scales: xs, .. } = quantize_rows(x, cols, group, tokens, scratch, QuantOrder::Natural);
@@ -255,28 +263,47 @@ impl<W> Dense<'_, W> {
         x: &[f32],
         store: &mut impl FnMut(usize, usize, f32),
         dot: impl Fn(&[W], &[f32]) -> f32,
-        dot4_tokens: impl Fn(&[W], [&[f32]; 4]) -> [f32; 4],
         dot4_rows: impl Fn([&[W]; 4], &[f32]) -> [f32; 4],
+        dot4x4: impl Fn([&[W]; 4], [&[f32]; 4]) -> [[f32; 4]; 4],
     ) {
         let Self { data, rows, cols, tokens, block4 } = *self;
         let data = data.get(..rows * cols).unwrap_or(&[]);
         if block4 && tokens >= 4 {
-            // prefill: each weight row against four tokens at a time, then the rest
-            for (o, wrow) in data.chunks_exact(cols).enumerate() {
-                let quads = x.chunks_exact(4 * cols);
-                let rest = quads.remainder();
-                for (q, x4) in quads.enumerate() {
+            // prefill: tiles of four rows × four tokens. A block of rows (≤ 256 KiB) stays in
+            // the L2 cache while every quad of tokens passes over it; each quad's activations
+            // stay in L1 across the block's rows.
+            let block_rows = ((256 * 1024 / (cols * core::mem::size_of::<W>()).max(1)) / 4).max(1) * 4;
+            let full_rows = rows - rows % 4;
+            let full_tokens = tokens - tokens % 4;
+            let (xq, _) = x.split_at(full_tokens * cols);
+            for (b, wblock) in data.get(..full_rows * cols).unwrap_or(&[]).chunks(block_rows * cols).enumerate() {
+                for (q, x4) in xq.chunks_exact(4 * cols).enumerate() {
                     let mut r = x4.chunks_exact(cols);
-                    let (Some(a), Some(b), Some(c), Some(d)) = (r.next(), r.next(), r.next(), r.next()) else {
+                    let (Some(x0), Some(x1), Some(x2), Some(x3)) = (r.next(), r.next(), r.next(), r.next()) else {
                         continue;
                     };
-                    for (k, y) in dot4_tokens(wrow, [a, b, c, d]).into_iter().enumerate() {
-                        store(4 * q + k, o, y);
+                    for (rq, w4) in wblock.chunks_exact(4 * cols).enumerate() {
+                        let mut r = w4.chunks_exact(cols);
+                        let (Some(w0), Some(w1), Some(w2), Some(w3)) = (r.next(), r.next(), r.next(), r.next()) else {
+                            continue;
+                        };
+                        for (k, ys) in dot4x4([w0, w1, w2, w3], [x0, x1, x2, x3]).into_iter().enumerate() {
+                            for (j, y) in ys.into_iter().enumerate() {
+                                store(4 * q + j, b * block_rows + 4 * rq + k, y);
+                            }
+                        }
                     }
                 }
-                let done = tokens - rest.len() / cols;
-                for (t, xt) in rest.chunks_exact(cols).enumerate() {
-                    store(done + t, o, dot(wrow, xt));
+            }
+            // the last rows % 4 rows against all tokens; all rows against the last tokens % 4
+            for (o, wrow) in data.chunks_exact(cols).enumerate().skip(full_rows) {
+                for (t, xt) in x.chunks_exact(cols).enumerate() {
+                    store(t, o, dot(wrow, xt));
+                }
+            }
+            for (o, wrow) in data.chunks_exact(cols).enumerate().take(full_rows) {
+                for (t, xt) in x.chunks_exact(cols).enumerate().skip(full_tokens) {
+                    store(t, o, dot(wrow, xt));
                 }
             }
         } else if block4 {

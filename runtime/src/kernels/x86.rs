@@ -100,6 +100,14 @@ impl Dots for Avx512 {
     fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
         unsafe { dot4_rows_avx512(w, x) }
     }
+    #[inline(always)]
+    fn f32_4x4(&self, w: [&[f32]; 4], x: [&[f32]; 4]) -> [[f32; 4]; 4] {
+        unsafe { dot4x4_avx512(w, x) }
+    }
+    #[inline(always)]
+    fn f16_4x4(&self, w: [&[f16]; 4], x: [&[f32]; 4]) -> [[f32; 4]; 4] {
+        unsafe { dot4x4_avx512(w, x) }
+    }
 }
 
 /// A weight element the AVX-512 kernels read: f32 as is, f16 widened (exactly, so the
@@ -193,6 +201,37 @@ fn dot4_tokens_avx512<W: Weight>(w: &[W], x: [&[f32]; 4]) -> [f32; 4] {
     let mut out = [0.0f32; 4];
     for ((o, a), (_, r)) in out.iter_mut().zip(acc).zip(&xs) {
         *o = finish_vec(a, rw, r);
+    }
+    out
+}
+
+/// Sixteen [`dot_avx512`]s, four weight rows × four tokens (`[row][token]`): each weight and
+/// activation load feeds four products (prefill). Each result is bit-identical to the single dot.
+#[target_feature(enable = "avx512f")]
+fn dot4x4_avx512<W: Weight>(ws: [&[W]; 4], xs: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    let n = ws.iter().map(|r| r.len()).chain(xs.iter().map(|r| r.len())).min().unwrap_or(0);
+    let chunks = n / LANES;
+    let wp = ws.map(|r| r.as_ptr());
+    let xp = xs.map(|r| r.as_ptr());
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for i in 0..chunks {
+        // SAFETY: i < n / 16 and every row holds at least n elements, so elements
+        // 16i..16i+16 of each are readable.
+        let vx = xp.map(|p| unsafe { _mm512_loadu_ps(p.add(LANES * i)) });
+        for (a, p) in acc.iter_mut().zip(wp) {
+            // SAFETY: as above.
+            let vw = unsafe { W::load16(p.add(LANES * i)) };
+            for (a, &vx) in a.iter_mut().zip(&vx) {
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(vw, vx));
+            }
+        }
+    }
+    let mut out = [[0.0f32; 4]; 4];
+    for ((o, a), w) in out.iter_mut().zip(acc).zip(ws) {
+        let rw = w.get(chunks * LANES..n).unwrap_or(&[]);
+        for ((o, a), x) in o.iter_mut().zip(a).zip(xs) {
+            *o = finish_vec(a, rw, x.get(chunks * LANES..n).unwrap_or(&[]));
+        }
     }
     out
 }
@@ -318,6 +357,42 @@ mod tests {
                 assert_eq!(tok4.map(f32::to_bits).to_vec(), want, "avx512 4 tokens n={n}");
                 let want_rows: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f32(x, &w).to_bits()).collect();
                 assert_eq!(rows4.map(f32::to_bits).to_vec(), want_rows, "avx512 4 rows n={n}");
+                let ws: std::vec::Vec<std::vec::Vec<f32>> = (0..4).map(|k| w.iter().map(|v| v * (k as f32 + 0.5)).collect()).collect();
+                // SAFETY: as above.
+                let tile = unsafe { dot4x4_avx512([&ws[0][..], &ws[1][..], &ws[2][..], &ws[3][..]], refs) };
+                for (r, row) in ws.iter().enumerate() {
+                    for (t, x) in xs.iter().enumerate() {
+                        assert_eq!(tile[r][t].to_bits(), super::super::dot_f32(row, x).to_bits(), "avx512 4x4 n={n} row {r} token {t}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill)
+    /// must give the portable bits for f32 and f16, with row and token counts that leave
+    /// remainders and more than one row block.
+    #[test]
+    fn avx512_dense_linear_is_bit_identical_to_portable() {
+        let Some(d) = Avx512::detect() else {
+            return;
+        };
+        for &(rows, cols) in &[(1usize, 16usize), (7, 33), (9, 64), (170, 768), (6, 3072)] {
+            let w: std::vec::Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+            let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+            let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.25 - 1.0).collect();
+            for tokens in [1usize, 3, 4, 5, 9] {
+                let x: std::vec::Vec<f32> = (0..tokens * cols).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
+                let mats = [Matrix { rows, cols, data: MatrixData::F32(&w) }, Matrix { rows, cols, data: MatrixData::F16(&wh) }];
+                for m in &mats {
+                    let mut fast = std::vec![0.5f32; tokens * rows];
+                    let mut slow = fast.clone();
+                    d.linear(&mut fast, &x, m, &bias, true, &mut []);
+                    linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, true, &mut []);
+                    let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+                    let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens}");
+                }
             }
         }
     }
