@@ -502,49 +502,81 @@ pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias
     if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
         return false;
     }
-    let shift = _mm512_set1_epi32(if q4 { 3 } else { 7 }); // offset K = 8 (q4) or 128 (q8)
-    let blocks = gpr.div_ceil(16);
+    let rq = RowQuant { q4, cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
     for o in 0..rows {
-        // SAFETY (all raw reads below): row o has `row_bytes` bytes and `gpr` scales (checked
-        // above); block b covers groups 16b..16b+ng of the row, chunk reads stay inside it, and
-        // token t's activations are q[t·cols..], xs/sums[t·gpr..] with t < tokens (checked).
-        let wrow = unsafe { data.as_ptr().add(o * row_bytes) };
-        let wsc = unsafe { scales.as_ptr().add(o * gpr) };
+        // SAFETY: row o has `row_bytes` bytes and `gpr` scales (checked above).
+        let (wrow, wsc) = unsafe { (data.as_ptr().add(o * row_bytes), scales.as_ptr().add(o * gpr)) };
         let mut t0 = 0;
-        while t0 < tokens {
-            let nt = (tokens - t0).min(TOKEN_TILE);
-            let mut acc = [_mm512_setzero_ps(); TOKEN_TILE];
-            for b in 0..blocks {
-                let g0 = 16 * b;
-                let ng = (gpr - g0).min(16);
-                let mask: __mmask16 = ((1u32 << ng) - 1) as u16;
-                let sw = unsafe { _mm512_maskz_loadu_ps(mask, wsc.add(g0)) };
-                let wblk = unsafe { wrow.add(if q4 { g0 * 16 } else { g0 * 32 }) };
-                // Ask for the weights PREFETCH_BYTES ahead (rows are contiguous, so this runs
-                // into the next rows): the hardware prefetcher alone leaves decode waiting on
-                // loads. A prefetch never faults, so running past the matrix is harmless.
-                for line in 0..if q4 { 4 } else { 8 } {
-                    _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(prefetch_bytes() + 64 * line).cast());
-                }
-                let wv = if q4 { unsafe { load_q4_block(wblk, ng / 4) } } else { unsafe { load_q8_block(wblk, ng / 2) } };
-                for (k, a) in acc.iter_mut().enumerate().take(nt) {
-                    let t = t0 + k;
-                    let xt = unsafe { q.as_ptr().add(t * cols + g0 * 32) };
-                    let isum = if q4 { unsafe { sums_q4(&wv, xt, ng / 4) } } else { unsafe { sums_q8(&wv, xt, ng / 2) } };
-                    let xsum = unsafe { _mm512_maskz_loadu_epi32(mask, sums.as_ptr().add(t * gpr + g0)) };
-                    let isum = _mm512_sub_epi32(isum, _mm512_sllv_epi32(xsum, shift));
-                    let sx = unsafe { _mm512_maskz_loadu_ps(mask, xs.as_ptr().add(t * gpr + g0)) };
-                    let term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, sx));
-                    *a = _mm512_mask_add_ps(*a, mask, *a, term);
-                }
+        while t0 + TOKEN_TILE <= tokens {
+            // SAFETY: tokens t0..t0+4 < tokens have their activations in q/xs/sums (checked).
+            let ys = unsafe { rq.row_tokens::<TOKEN_TILE>(wrow, wsc, t0) };
+            for (k, y) in ys.into_iter().enumerate() {
+                super::store_out(out, rows, bias, accumulate, t0 + k, o, y);
             }
-            for (k, &a) in acc.iter().enumerate().take(nt) {
-                super::store_out(out, rows, bias, accumulate, t0 + k, o, reduce512(a));
-            }
-            t0 += nt;
+            t0 += TOKEN_TILE;
+        }
+        for t in t0..tokens {
+            // SAFETY: as above, token t < tokens.
+            let [y] = unsafe { rq.row_tokens::<1>(wrow, wsc, t) };
+            super::store_out(out, rows, bias, accumulate, t, o, y);
         }
     }
     true
+}
+
+/// The quantized activations of a [`linear_quant_vnni`] call.
+struct RowQuant {
+    q4: bool,
+    cols: usize,
+    gpr: usize,
+    /// int8 values `[T, cols]` (q4: in [`QuantOrder::Q4Pairs`] order).
+    q: *const i8,
+    /// Scales `[T, gpr]`.
+    xs: *const f32,
+    /// Sums of the int8 values `[T, gpr]`.
+    sums: *const i32,
+}
+
+impl RowQuant {
+    /// One weight row (`wrow`, scales `wsc`) against tokens t0..t0+NT: each block of 16 groups'
+    /// weights is loaded once and used for the NT tokens (accumulators stay in registers).
+    ///
+    /// # Safety
+    /// `wrow`/`wsc` must hold one row (`cols` or `cols/2` bytes, `gpr` scales) and tokens
+    /// t0..t0+NT must exist in `q`, `xs`, `sums`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn row_tokens<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, t0: usize) -> [f32; NT] {
+        let Self { q4, cols, gpr, q, xs, sums } = *self;
+        let shift = _mm512_set1_epi32(if q4 { 3 } else { 7 }); // offset K = 8 (q4) or 128 (q8)
+        let mut acc = [_mm512_setzero_ps(); NT];
+        for g0 in (0..gpr).step_by(16) {
+            let ng = (gpr - g0).min(16);
+            let mask: __mmask16 = ((1u32 << ng) - 1) as u16;
+            // SAFETY (the raw reads of this block): groups g0..g0+ng are inside the row and
+            // inside each token's activations (the caller's contract).
+            let sw = unsafe { _mm512_maskz_loadu_ps(mask, wsc.add(g0)) };
+            let wblk = unsafe { wrow.add(if q4 { g0 * 16 } else { g0 * 32 }) };
+            // Ask for the weights PREFETCH_BYTES ahead (rows are contiguous, so this runs into
+            // the next rows): the hardware prefetcher alone leaves decode waiting on loads. A
+            // prefetch never faults, so running past the matrix is harmless.
+            for line in 0..if q4 { 4 } else { 8 } {
+                _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(prefetch_bytes() + 64 * line).cast());
+            }
+            let wv = if q4 { unsafe { load_q4_block(wblk, ng / 4) } } else { unsafe { load_q8_block(wblk, ng / 2) } };
+            for (k, a) in acc.iter_mut().enumerate() {
+                let t = t0 + k;
+                let xt = unsafe { q.add(t * cols + g0 * 32) };
+                let isum = if q4 { unsafe { sums_q4(&wv, xt, ng / 4) } } else { unsafe { sums_q8(&wv, xt, ng / 2) } };
+                let xsum = unsafe { _mm512_maskz_loadu_epi32(mask, sums.add(t * gpr + g0)) };
+                let isum = _mm512_sub_epi32(isum, _mm512_sllv_epi32(xsum, shift));
+                let sx = unsafe { _mm512_maskz_loadu_ps(mask, xs.add(t * gpr + g0)) };
+                let term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, sx));
+                *a = _mm512_mask_add_ps(*a, mask, *a, term);
+            }
+        }
+        acc.map(|a| reduce512(a))
+    }
 }
 
 /// Up to 8 chunks of 64 q8 weights (16 groups), made unsigned (`w ^ 0x80` = w + 128).
