@@ -43,7 +43,7 @@ fn scored_logits(blob: &BlobFile, ids: &[u32], window: usize, kv: KvDType) -> Re
         let end = (begin + window).min(n);
         let first = prev_end.max(1);
         s.reset();
-        s.prefill_each(&ids[begin..end], |i, l| {
+        s.prefill_where(&ids[begin..end], |i| (first..end).contains(&(begin + i + 1)), |i, l| {
             let t = begin + i + 1;
             if t >= first && t < end {
                 rows.push(l.to_vec());

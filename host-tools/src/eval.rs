@@ -46,7 +46,7 @@ pub fn perplexity(model: &Model<'_>, ids: &[u32], window: usize, kv: KvDType) ->
         let end = (begin + window).min(n);
         let first_scored = (end - (end - prev_end)).max(1); // = max(prev_end, 1)
         s.reset();
-        s.prefill_each(&ids[begin..end], |i, logits| {
+        s.prefill_where(&ids[begin..end], |i| (first_scored..end).contains(&(begin + i + 1)), |i, logits| {
             // logits after token begin+i predict token begin+i+1
             let t = begin + i + 1;
             if t >= first_scored && t < end {

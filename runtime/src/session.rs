@@ -207,10 +207,17 @@ impl<'a> Session<'a> {
     }
 
     /// Processes `tokens` and calls `each(i, logits)` with the logits after every token i
-    /// (in order). Same path as [`Session::prefill`]; used for `host logits` and perplexity.
-    pub fn prefill_each(&mut self, tokens: &[u32], mut each: impl FnMut(usize, &[f32])) -> Result<(), Error> {
+    /// (in order). Same path as [`Session::prefill`]; used for `host logits`.
+    pub fn prefill_each(&mut self, tokens: &[u32], each: impl FnMut(usize, &[f32])) -> Result<(), Error> {
+        self.prefill_where(tokens, |_| true, each)
+    }
+
+    /// Like [`Session::prefill_each`], but computes the head (LayerNorm + `V × C` product) only
+    /// for the tokens i where `wants(i)` holds: perplexity scores half of each window, and the
+    /// head is the largest matrix of a small-vocabulary model's pass.
+    pub fn prefill_where(&mut self, tokens: &[u32], wants: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) -> Result<(), Error> {
         self.check(tokens)?;
-        self.run(tokens, |_| true, |i, l| each(i, l));
+        self.run(tokens, wants, |i, l| each(i, l));
         Ok(())
     }
 
