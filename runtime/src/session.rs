@@ -36,15 +36,15 @@ impl SessionSizes {
     pub const fn per_token(config: &Config) -> usize {
         let c = config.n_embd as usize;
         let i = config.n_inner as usize;
-        let work = if 3 * c > i { 3 * c } else { i };
+        let work = Self::work_len(config);
         let widest = if c > i { c } else { i };
-        2 * c + work + kernels::quant_scratch_len(widest, MIN_GROUP)
+        c.saturating_mul(2).saturating_add(work).saturating_add(kernels::quant_scratch_len(widest, MIN_GROUP))
     }
 
     const fn work_len(config: &Config) -> usize {
         let (c, i) = (config.n_embd as usize, config.n_inner as usize);
-        if 3 * c > i {
-            3 * c
+        if c.saturating_mul(3) > i {
+            c.saturating_mul(3)
         } else {
             i
         }
@@ -61,7 +61,9 @@ impl SessionSizes {
         SessionSizes {
             capacity,
             batch,
-            arena_len: batch * Self::per_token(config) + capacity + config.vocab_size as usize,
+            // saturating: a config that passes validation can still overflow a 32-bit usize
+            // here; a saturated size then fails `Session::new` as ArenaTooSmall
+            arena_len: batch.saturating_mul(Self::per_token(config)).saturating_add(capacity).saturating_add(config.vocab_size as usize),
             kv_len: KvCache::required_len(
                 kv_dtype,
                 config.n_layer as usize,
@@ -75,12 +77,12 @@ impl SessionSizes {
 
     /// Bytes of the arena.
     pub const fn arena_bytes(&self) -> usize {
-        self.arena_len * 4
+        self.arena_len.saturating_mul(4)
     }
 
     /// Bytes of the KV cache: 2 · n_layer · capacity · n_embd · (4 | 2 | 1) (+ int8 scales).
     pub const fn kv_bytes(&self) -> usize {
-        self.kv_len * 4
+        self.kv_len.saturating_mul(4)
     }
 }
 
