@@ -86,7 +86,7 @@ pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
 /// row for int8 weights: the int8 values packed four per f32 slot, then per group one scale
 /// (f32) and one sum of the int8 values (i32, used by SIMD kernels that work on unsigned bytes).
 pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
-    cols.div_ceil(4).saturating_add(2 * (cols / if group == 0 { 1 } else { group }))
+    cols.div_ceil(4).saturating_add((cols / if group == 0 { 1 } else { group }).saturating_mul(2))
 }
 
 /// `out[t, o] (+)= W[o, :] · x[t, :] + bias[o]` for every token t — PyTorch `F.linear`
