@@ -119,6 +119,110 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod x86;
 
+/// Runs independent tasks, possibly on several threads: the desktop emulator's `--threads`
+/// (boards have none, and everything runs on the calling thread).
+pub trait Parallel: Sync {
+    /// Threads that can run tasks at once (≥ 1).
+    fn threads(&self) -> usize;
+    /// Calls `task(i)` for every `i` in `0..n`, possibly concurrently, and returns when all
+    /// have finished.
+    fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync));
+}
+
+/// Below this many multiply-accumulates a [`linear`] stays on one thread (waking the others
+/// costs more than it saves).
+const PARALLEL_MIN_MACS: usize = 1 << 18;
+
+/// [`linear`] split across `par`'s threads: prefill batches by tokens (each thread gets whole
+/// rows of `x` and `out`), decode by weight rows. Every output is computed by the same code as
+/// in [`linear`], so the results are bit-identical whatever the thread count.
+///
+/// Each thread needs its own share of `scratch` for q8/q4 activations; when it is too small
+/// for that, this runs [`linear`] on one thread.
+pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
+    let (rows, cols) = (w.rows, w.cols);
+    let threads = par.map_or(1, |p| p.threads());
+    let (Some(par), true) = (par, threads > 1 && rows > 0 && cols > 0) else {
+        return linear(out, x, w, bias, accumulate, scratch);
+    };
+    let tokens = (x.len() / cols).min(out.len() / rows);
+    if tokens * rows * cols < PARALLEL_MIN_MACS {
+        return linear(out, x, w, bias, accumulate, scratch);
+    }
+    let group = match w.data {
+        MatrixData::Q8 { group, .. } | MatrixData::Q4 { group, .. } => group,
+        MatrixData::F32(_) | MatrixData::F16(_) => 0,
+    };
+    let quant = |t: usize| if group == 0 { 0 } else { t * quant_scratch_len(cols, group) };
+    let (x, out) = (x.get(..tokens * cols).unwrap_or(&[]), out.get_mut(..tokens * rows).unwrap_or(&mut []));
+    let shared = Shared { out: out.as_mut_ptr(), out_len: out.len(), scratch: scratch.as_mut_ptr(), scratch_len: scratch.len() };
+    if tokens >= 4 * threads {
+        // prefill: token ranges, multiples of 4 (the kernels' token tiles)
+        let per = tokens.div_ceil(threads).div_ceil(4) * 4;
+        let share = quant(per);
+        if share * threads > scratch.len() {
+            return linear(out, x, w, bias, accumulate, scratch);
+        }
+        par.run(threads, &|i| {
+            let (t0, t1) = ((i * per).min(tokens), ((i + 1) * per).min(tokens));
+            // SAFETY: task i alone touches out[t0·rows..t1·rows] and scratch[i·share..(i+1)·share]
+            // (disjoint for distinct i, inside the buffers: checked above).
+            let (o, s) = unsafe { (shared.out(t0 * rows, t1 * rows), shared.scratch(i * share, (i + 1) * share)) };
+            linear(o, x.get(t0 * cols..t1 * cols).unwrap_or(&[]), w, bias, accumulate, s);
+        });
+    } else {
+        // decode: row ranges, multiples of 16; every thread quantizes the (short) activations
+        let per = rows.div_ceil(threads).div_ceil(16) * 16;
+        let share = quant(tokens);
+        if share * threads > scratch.len() || tokens != 1 {
+            return linear(out, x, w, bias, accumulate, scratch);
+        }
+        par.run(threads, &|i| {
+            let (r0, r1) = ((i * per).min(rows), ((i + 1) * per).min(rows));
+            // SAFETY: with one token, task i alone touches out[r0..r1] and its scratch share.
+            let (o, s) = unsafe { (shared.out(r0, r1), shared.scratch(i * share, (i + 1) * share)) };
+            linear(o, x, &w.row_range(r0, r1), bias.get(r0..r1).unwrap_or(&[]), accumulate, s);
+        });
+    }
+}
+
+/// The output and scratch of a [`linear_par`] call, shared by its tasks; each task takes a
+/// disjoint range.
+struct Shared {
+    out: *mut f32,
+    out_len: usize,
+    scratch: *mut f32,
+    scratch_len: usize,
+}
+
+// SAFETY: the pointers come from `&mut` slices that outlive the `Parallel::run` call, and the
+// tasks only ever take disjoint ranges of them.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// `out[a..b]` (clamped to the buffer).
+    ///
+    /// # Safety
+    /// No other live reference may overlap `a..b`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn out(&self, a: usize, b: usize) -> &mut [f32] {
+        let (a, b) = (a.min(self.out_len), b.min(self.out_len));
+        // SAFETY: in bounds (clamped), unaliased (the caller's contract).
+        unsafe { core::slice::from_raw_parts_mut(self.out.add(a), b.saturating_sub(a)) }
+    }
+
+    /// `scratch[a..b]` (clamped to the buffer).
+    ///
+    /// # Safety
+    /// As for [`Shared::out`].
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn scratch(&self, a: usize, b: usize) -> &mut [f32] {
+        let (a, b) = (a.min(self.scratch_len), b.min(self.scratch_len));
+        // SAFETY: as above.
+        unsafe { core::slice::from_raw_parts_mut(self.scratch.add(a), b.saturating_sub(a)) }
+    }
+}
+
 /// The dot products one build of [`linear`] runs on: the portable one, and on x86-64 the AVX2
 /// and AVX-512 builds (`kernels/x86.rs`). Every build returns the portable bits.
 pub(crate) trait Dots {
@@ -719,6 +823,57 @@ mod tests {
         // all-zero group: scale 0, values 0, no NaN
         assert_eq!(quantize_group_q8(&[0.0; 8], &mut q[..8]), 0.0);
         assert!(q[..8].iter().all(|&v| v == 0));
+    }
+
+    /// Tasks on real threads, in reverse order of index (so no task can rely on another's
+    /// order).
+    struct StdThreads(usize);
+
+    impl Parallel for StdThreads {
+        fn threads(&self) -> usize {
+            self.0
+        }
+        fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+            std::thread::scope(|s| {
+                for i in (0..n).rev() {
+                    s.spawn(move || task(i));
+                }
+            });
+        }
+    }
+
+    /// `linear_par` must equal `linear` bit for bit: prefill split by tokens, decode by rows,
+    /// for every dtype, with thread counts that leave uneven shares.
+    #[test]
+    fn linear_par_is_bit_identical_to_one_thread() {
+        let (rows, cols, g) = (600usize, 512usize, 32usize);
+        let w = pseudo(rows * cols, 21);
+        let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+        let mut q8 = std::vec![0i8; rows * cols];
+        let s8: Vec<f32> = w.chunks(g).zip(q8.chunks_mut(g)).map(|(a, q)| quantize_group_q8(a, q)).collect();
+        let mut q4 = std::vec![0u8; rows * cols / 2];
+        let s4: Vec<f32> = w.chunks(g).zip(q4.chunks_mut(g / 2)).map(|(a, q)| quantize_group_q4(a, q)).collect();
+        let mats = [
+            Matrix { rows, cols, data: MatrixData::F32(&w) },
+            Matrix { rows, cols, data: MatrixData::F16(&wh) },
+            Matrix { rows, cols, data: MatrixData::Q8 { values: &q8, scales: &s8, group: g } },
+            Matrix { rows, cols, data: MatrixData::Q4 { packed: &q4, scales: &s4, group: g } },
+        ];
+        let bias = pseudo(rows, 22);
+        for tokens in [1usize, 9, 37] {
+            let x = pseudo(tokens * cols, 23);
+            for m in &mats {
+                for threads in [2usize, 3] {
+                    let mut scratch = std::vec![0.0f32; (tokens.max(threads)) * quant_scratch_len(cols, 8)];
+                    let mut one = std::vec![0.25f32; tokens * rows];
+                    let mut many = one.clone();
+                    linear(&mut one, &x, m, &bias, true, &mut scratch);
+                    linear_par(Some(&StdThreads(threads)), &mut many, &x, m, &bias, true, &mut scratch);
+                    let (a, b): (Vec<u32>, Vec<u32>) = (one.iter().map(|v| v.to_bits()).collect(), many.iter().map(|v| v.to_bits()).collect());
+                    assert_eq!(a, b, "tokens {tokens} threads {threads}");
+                }
+            }
+        }
     }
 
     #[test]

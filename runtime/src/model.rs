@@ -64,6 +64,27 @@ pub struct Matrix<'a> {
     pub data: MatrixData<'a>,
 }
 
+impl<'a> Matrix<'a> {
+    /// Rows `r0..r1` as a matrix of their own (empty if out of range): a thread's share.
+    pub fn row_range(&self, r0: usize, r1: usize) -> Matrix<'a> {
+        let (r1, cols) = (r1.min(self.rows), self.cols);
+        let r0 = r0.min(r1);
+        let data = match self.data {
+            MatrixData::F32(d) => MatrixData::F32(d.get(r0 * cols..r1 * cols).unwrap_or(&[])),
+            MatrixData::F16(d) => MatrixData::F16(d.get(r0 * cols..r1 * cols).unwrap_or(&[])),
+            MatrixData::Q8 { values, scales, group } => {
+                let gpr = cols / group.max(1);
+                MatrixData::Q8 { values: values.get(r0 * cols..r1 * cols).unwrap_or(&[]), scales: scales.get(r0 * gpr..r1 * gpr).unwrap_or(&[]), group }
+            }
+            MatrixData::Q4 { packed, scales, group } => {
+                let gpr = cols / group.max(1);
+                MatrixData::Q4 { packed: packed.get(r0 * cols / 2..r1 * cols / 2).unwrap_or(&[]), scales: scales.get(r0 * gpr..r1 * gpr).unwrap_or(&[]), group }
+            }
+        };
+        Matrix { rows: r1 - r0, cols, data }
+    }
+}
+
 /// The weights of one transformer block, named as in Hugging Face's `GPT2Block`.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerWeights<'a> {

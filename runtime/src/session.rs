@@ -93,6 +93,8 @@ pub struct Session<'a> {
     cache: KvCache<'a>,
     batch: usize,
     has_logits: bool,
+    /// Threads for the matrix products (desktop `--threads`); `None` on boards.
+    par: Option<&'a dyn kernels::Parallel>,
 }
 
 /// Splits `n` elements off the front of `buf` (fewer if it is shorter; never panics).
@@ -128,7 +130,13 @@ impl<'a> Session<'a> {
         }
         let batch = ((arena.len() - one.arena_len) / SessionSizes::per_token(cfg) + 1).min(capacity);
         let cache = KvCache::new(kv, kv_dtype, cfg.n_layer(), capacity, cfg.n_embd(), cfg.n_head())?;
-        Ok(Self { model, arena, cache, batch, has_logits: false })
+        Ok(Self { model, arena, cache, batch, has_logits: false, par: None })
+    }
+
+    /// Runs the matrix products on `par`'s threads from now on (bit-identical results; see
+    /// [`kernels::linear_par`]).
+    pub fn set_parallel(&mut self, par: &'a dyn kernels::Parallel) {
+        self.par = Some(par);
     }
 
     /// The model this session runs.
@@ -245,6 +253,7 @@ impl<'a> Session<'a> {
         let (c, t_len) = (cfg.n_embd(), tokens.len());
         let (n_head, d) = (cfg.n_head(), cfg.head_dim());
         let p0 = self.cache.len();
+        let par = self.par;
         let per_work = SessionSizes::work_len(&cfg);
         let per_q = SessionSizes::per_token(&cfg) - 2 * c - per_work;
 
@@ -270,7 +279,7 @@ impl<'a> Session<'a> {
             kernels::layer_norm(xn, x, w.ln_1_weight, w.ln_1_bias, cfg.layer_norm_epsilon);
             // attn.c_attn: qkv = xn · W_attnᵀ + b   (T, 3C), split as q | k | v
             let qkv = work.get_mut(..t_len * 3 * c).unwrap_or(&mut []);
-            kernels::linear(qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false, xq);
+            kernels::linear_par(par, qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false, xq);
             // append this batch's k and v to the cache (layer l)
             for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
                 let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
@@ -296,15 +305,15 @@ impl<'a> Session<'a> {
                 }
             }
             // attn.c_proj, then the residual: x += attn · W_projᵀ + b
-            kernels::linear(x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true, xq);
+            kernels::linear_par(par, x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true, xq);
             // ln_2
             kernels::layer_norm(xn, x, w.ln_2_weight, w.ln_2_bias, cfg.layer_norm_epsilon);
             // mlp.c_fc and the activation (GELU): h = act(xn · W_fcᵀ + b)   (T, I)
             let hidden = work.get_mut(..t_len * cfg.n_inner()).unwrap_or(&mut []);
-            kernels::linear(hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false, xq);
+            kernels::linear_par(par, hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false, xq);
             kernels::activate(hidden, cfg.activation);
             // mlp.c_proj, then the residual: x += h · W_projᵀ + b
-            kernels::linear(x, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, true, xq);
+            kernels::linear_par(par, x, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, true, xq);
         }
         self.cache.set_len(p0 + t_len);
 
@@ -316,7 +325,7 @@ impl<'a> Session<'a> {
                 continue;
             }
             kernels::layer_norm(xnt, xt, ln_f_w, ln_f_b, cfg.layer_norm_epsilon);
-            kernels::linear(logits, xnt, &head, &[], false, xq);
+            kernels::linear_par(par, logits, xnt, &head, &[], false, xq);
             each(t, logits);
             self.has_logits = true;
         }

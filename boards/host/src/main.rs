@@ -105,6 +105,51 @@ struct GenerateArgs {
     print_ids: bool,
     #[command(flatten)]
     board: BoardArg,
+    #[command(flatten)]
+    threads: ThreadsArg,
+}
+
+#[derive(Args, Clone)]
+struct ThreadsArg {
+    /// Threads for the matrix products (results are bit-identical for any count).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+}
+
+impl ThreadsArg {
+    /// The pool, or None for one thread.
+    fn pool(&self) -> Result<Option<Threads>> {
+        let n = usize::from(self.threads);
+        if n <= 1 {
+            return Ok(None);
+        }
+        // n - 1 workers: the calling thread runs a share too
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(n - 1).build().context("starting the worker threads")?;
+        Ok(Some(Threads { pool, n }))
+    }
+}
+
+/// The desktop's worker threads, lent to a session for its matrix products.
+struct Threads {
+    pool: rayon::ThreadPool,
+    n: usize,
+}
+
+impl runtime::kernels::Parallel for Threads {
+    fn threads(&self) -> usize {
+        self.n
+    }
+
+    fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.pool.in_place_scope(|s| {
+            for i in 1..n {
+                s.spawn(move |_| task(i));
+            }
+            if n > 0 {
+                task(0);
+            }
+        });
+    }
 }
 
 #[derive(Args, Clone)]
@@ -178,6 +223,8 @@ enum Cmd {
         /// Tokens per prefill batch (weights are read once per batch).
         #[arg(long, default_value_t = 64)]
         batch: usize,
+        #[command(flatten)]
+        threads: ThreadsArg,
     },
 }
 
@@ -311,8 +358,12 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         e => e.into(),
     })?;
     let kv = shape.kv;
+    let pool = args.threads.pool()?;
     let mut buf = Buffers::new(&model, capacity, shape.batch, kv);
     let mut session = buf.session(&model, capacity, kv)?;
+    if let Some(p) = &pool {
+        session.set_parallel(p);
+    }
     let (arena_bytes, kv_bytes) = session.memory_bytes();
     let mut window = vec![0u32; capacity];
 
@@ -484,7 +535,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usize) -> Result<()> {
+fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usize, threads: &ThreadsArg) -> Result<()> {
+    let pool = threads.pool()?;
     let file = load(&m.model)?;
     let model = file.model()?;
     let cfg = *model.config();
@@ -499,6 +551,9 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     let (mut pre, mut dec) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let mut s = buf.session(&model, capacity, kv)?;
+        if let Some(p) = &pool {
+            s.set_parallel(p);
+        }
         let t0 = Instant::now();
         let mut next = argmax(s.prefill(&prompt)?);
         let t1 = Instant::now();
@@ -520,7 +575,7 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
         model.weight_dtype().name(),
         kv.name()
     );
-    println!("threads: 1   runs: {runs} (median)   prompt: {prompt_len} tokens (batch {batch})   decode: {n} tokens");
+    println!("threads: {}   runs: {runs} (median)   prompt: {prompt_len} tokens (batch {batch})   decode: {n} tokens", threads.threads);
     println!("prefill: {p:.1} tok/s");
     println!("decode:  {d:.1} tok/s");
     println!("weight bytes per decoded token: {:.1} MB  -> {:.2} GB/s streamed", bytes / 1e6, bytes * d / 1e9);
@@ -585,7 +640,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Tokenize { model, text, file }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref()),
         Some(Cmd::Detokenize { model, ids }) => cmd_detokenize(&model.model, ids),
         Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),
-        Some(Cmd::Bench { model, prompt_len, n, runs, batch }) => cmd_bench(model, *prompt_len, *n, *runs, *batch),
+        Some(Cmd::Bench { model, prompt_len, n, runs, batch, threads }) => cmd_bench(model, *prompt_len, *n, *runs, *batch, threads),
         None => cmd_generate(&cli.gen),
     }
 }
