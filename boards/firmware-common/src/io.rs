@@ -5,6 +5,7 @@
 //! | platform | stdout / stderr | counter | exit |
 //! |---|---|---|---|
 //! | [`semihosting::Qemu`](crate::semihosting::Qemu) (QEMU boards) | semihosting, QEMU's own stdout and stderr | SysTick, converted to instructions under `-icount shift=0` | semihosting `SYS_EXIT`: QEMU's exit status |
+//! | [`rtt::Probe`](crate::rtt::Probe) (real boards) | one defmt frame per line over RTT, read by `probe-rs run` | DWT CYCCNT: processor cycles | semihosting `SYS_EXIT`: `probe-rs run`'s exit status |
 
 use core::fmt;
 

@@ -11,9 +11,13 @@ mod app;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod counter;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
+pub mod cycles;
+#[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod fault;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod io;
+#[cfg(all(target_arch = "arm", target_os = "none", feature = "rtt"))]
+pub mod rtt;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod semihosting;
 #[cfg(all(target_arch = "arm", target_os = "none"))]

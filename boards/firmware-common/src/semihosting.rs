@@ -1,6 +1,7 @@
 //! The QEMU boards' platform: output and exit through Arm semihosting (QEMU
 //! `-semihosting-config enable=on,target=native` writes to its own stdout and stderr and exits
-//! with the code the firmware reports), time from SysTick, and the panic handler.
+//! with the code the firmware reports), time from SysTick, and the panic handler. [`exit`] also
+//! ends the real boards' runs: `probe-rs run` implements semihosting `SYS_EXIT` too.
 
 use core::fmt;
 
@@ -101,7 +102,9 @@ pub fn exit(success: bool) -> ! {
     }
 }
 
-/// QEMU's panic handler: the message on stderr, exit status 1.
+/// QEMU's panic handler: the message on stderr, exit status 1. (With feature `rtt` the real
+/// boards use `panic-probe` instead.)
+#[cfg(not(feature = "rtt"))]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     cortex_m::interrupt::disable();
