@@ -2,8 +2,8 @@
 //!
 //! It does what every board's build script does (the shared code is
 //! `firmware_common::build::configure`):
-//! - reads the model blob (`$MODEL_BLOB`, default `../../models/default/model-q8.blob`; reruns when
-//!   the variable or the file changes) and validates it with the runtime, CRC-32 included;
+//! - reads the model blob (`$MODEL_BLOB`, default `models/default/model-q8.blob`; reruns when the
+//!   variable or the file changes) and validates it with the runtime, CRC-32 included;
 //! - sizes the static arena and KV cache from the blob's config
 //!   (`runtime::SessionSizes::new(&config, capacity, 1)`, capacity = min(128, n_ctx)) and writes
 //!   them to `$OUT_DIR/consts.rs`, which `src/main.rs` includes;
@@ -19,8 +19,11 @@ fn main() {
     configure(
         "qemu-m4",
         &Layout {
-            // The blob sits with the code in the 4 MB code memory (memory.x: `.model > FLASH`).
+            default_blob: "models/default/model-q8.blob",
+            // The blob sits with the code in the 4 MB code memory (memory.x: `.model > FLASH`):
+            // keep 256 KiB of it for the code and constants (about 145 KB today).
             model_region: "FLASH",
+            model_reserve: 256 * 1024,
             // Arena and KV cache are statics in the 4 MB data memory, which they share with the
             // other statics and the stack: keep 64 KiB of it for those.
             buffer_region: "RAM",

@@ -2,8 +2,8 @@
 //!
 //! It does what every board's build script does (the shared code is
 //! `firmware_common::build::configure`):
-//! - reads the model blob (`$MODEL_BLOB`, default `../../models/default/model-q8.blob`; reruns when
-//!   the variable or the file changes) and validates it with the runtime, CRC-32 included;
+//! - reads the model blob (`$MODEL_BLOB`, default `models/default/model-q8.blob`; reruns when the
+//!   variable or the file changes) and validates it with the runtime, CRC-32 included;
 //! - sizes the static arena and KV cache from the blob's config
 //!   (`runtime::SessionSizes::new(&config, capacity, 1)`, capacity = min(128, n_ctx)) and writes
 //!   them to `$OUT_DIR/consts.rs`, which `src/main.rs` includes;
@@ -19,8 +19,10 @@ fn main() {
     configure(
         "qemu-m55",
         &Layout {
-            // The blob is in the 8 MB QSPI flash (memory.x: `.model > QSPI`).
+            default_blob: "models/default/model-q8.blob",
+            // The blob has the 8 MB QSPI flash to itself (memory.x: `.model > QSPI`).
             model_region: "QSPI",
+            model_reserve: 0,
             // Arena, KV cache and token window have the 4 MB SSE-300 SRAM to themselves
             // (`.sram > SRAM`); the stack and the small statics are in DTCM.
             buffer_region: "SRAM",

@@ -1,5 +1,5 @@
-//! The default model shipped in models/default: the committed blobs are exactly what the
-//! converter produces; its f32 logits, greedy continuations and validation loss match
+//! The default model shipped in models/default: the committed blobs (f32, q8, and q4 for the
+//! 1 MB-flash nRF52840-DK firmware) are exactly what the converter produces; its f32 logits, greedy continuations and validation loss match
 //! transformers (reference/ made by scripts/train_default_model.py); the q8 blob meets the
 //! accuracy targets.
 
@@ -26,7 +26,9 @@ fn blob(name: &str) -> BlobFile {
 /// The committed blobs are byte-for-byte what `host-tools convert` makes today.
 #[test]
 fn committed_blobs_are_exactly_what_conversion_produces() {
-    for (name, dtype) in [("model.blob", WeightDType::F32), ("model-q8.blob", WeightDType::Q8)] {
+    for (name, dtype) in
+        [("model.blob", WeightDType::F32), ("model-q8.blob", WeightDType::Q8), ("model-q4.blob", WeightDType::Q4)]
+    {
         let opts = ConvertOptions { dtype, ..ConvertOptions::default() };
         let fresh = convert(&dir(), &opts).unwrap().blob;
         let committed = std::fs::read(dir().join(name)).unwrap();

@@ -1,14 +1,16 @@
 //! The firmware's one job: load the blob, generate from the fixed prompt with the fixed settings
 //! through `runtime::generate::generate` (the code path `host` runs), print what `host` prints on
-//! stdout, and report the measurements on stderr.
+//! stdout, and report the measurements on stderr. Where stdout and stderr go, what the counter
+//! counts and how the program ends is the board's [`Platform`].
 //!
 //! stdout, exactly as `host --print-ids` prints it:
 //! ```text
 //! <prompt><generated text>        (only if the blob has a tokenizer)
 //! <id>,<id>,...,<id>               (always the last line)
 //! ```
-//! stderr: board, model, memory, prompt ids, the equivalent `host` arguments, then instruction
-//! counts (load, encode, prefill, decode per token), stop reason and stack high-water mark.
+//! stderr: board, model, memory, prompt ids, the equivalent `host` arguments, then counts
+//! (instructions under QEMU, cycles on hardware) for load, encode, prefill and decode per token,
+//! stop reason and stack high-water mark; on hardware also milliseconds and tokens per second.
 
 use core::fmt::Write;
 
@@ -17,16 +19,16 @@ use runtime::sampler::Sampler;
 use runtime::tokenizer::Utf8Stream;
 use runtime::{Error, Model, Session};
 
-use crate::counter::{self, now};
-use crate::io::{exit, Out};
+use crate::counter::{self, spin};
+use crate::io::{Counts, Platform, Sink};
 use crate::settings::{self, FALLBACK_PROMPT_IDS, MAX_NEW_TOKENS, PROMPT, SAMPLER, TOP_K_CAPACITY};
 use crate::{stack, Board};
 
-/// Runs the fixed generation and exits QEMU: status 0 on success, 1 on any error.
+/// Runs the fixed generation and ends the program: status 0 on success, 1 on any error.
 ///
 /// `arena` and `kv` must hold `SessionSizes::new(config, capacity, 1)`'s `arena_len` and
 /// `kv_len` f32 (the board's build script sizes them from the blob), `window` `capacity` ids.
-pub fn run(
+pub fn run<P: Platform>(
     board: &Board,
     blob: &'static [u8],
     arena: &'static mut [f32],
@@ -34,55 +36,66 @@ pub fn run(
     window: &'static mut [u32],
     capacity: usize,
 ) -> ! {
-    let mut err = Out::stderr();
-    // Self-test of the failure paths (build with FIRMWARE_FAULT=panic or =hardfault): QEMU must
-    // exit with status 1, never hang.
+    // Self-test of the failure paths (build with FIRMWARE_FAULT=panic or =hardfault): the
+    // runner must exit with status 1, never hang.
     match option_env!("FIRMWARE_FAULT") {
         Some("panic") => panic!("FIRMWARE_FAULT=panic"),
         Some("hardfault") => cortex_m::asm::udf(), // undefined instruction -> HardFault
         _ => {}
     }
+    let mut err = P::stderr();
     let ok = match cortex_m::Peripherals::take() {
         Some(mut p) => {
-            counter::start(&mut p.SYST);
-            match generate_and_report(board, blob, arena, kv, window, capacity, &mut err) {
-                Ok(()) => true,
-                Err(e) => {
-                    let _ = writeln!(err, "error: {e}");
-                    false
-                }
-            }
+            P::start_counter(&mut p);
+            generate_and_report::<P>(board, blob, arena, kv, window, capacity, &mut err)
+                .map_err(|e| writeln!(err, "error: {e}"))
+                .is_ok()
         }
         None => false,
     };
-    err.flush();
-    exit(ok)
+    drop(err); // sends what is buffered
+    P::exit(ok)
 }
 
-/// Per-phase tick counts, converted to instructions when printed.
+/// Converts counter values for the report and names their unit.
 struct Clock {
+    counts: Counts,
     sysclk_hz: u32,
 }
 
 impl Clock {
-    fn insns(&self, ticks: u64) -> u64 {
-        counter::instructions(ticks, self.sysclk_hz)
+    /// Counter ticks in the report's unit.
+    fn count(&self, ticks: u64) -> u64 {
+        match self.counts {
+            Counts::Instructions => counter::instructions(ticks, self.sysclk_hz),
+            Counts::Cycles => ticks,
+        }
+    }
+
+    fn unit(&self) -> &'static str {
+        match self.counts {
+            Counts::Instructions => "instructions",
+            Counts::Cycles => "cycles",
+        }
     }
 }
 
-fn generate_and_report(
+fn generate_and_report<P: Platform>(
     board: &Board,
     blob: &'static [u8],
     arena: &'static mut [f32],
     kv: &'static mut [f32],
     window: &'static mut [u32],
     capacity: usize,
-    err: &mut Out,
+    err: &mut P::Err,
 ) -> Result<(), Error> {
-    let clock = Clock { sysclk_hz: board.sysclk_hz };
+    let now = P::now;
+    let clock = Clock { counts: P::COUNTS, sysclk_hz: board.sysclk_hz };
+    let unit = clock.unit();
     let _ = writeln!(err, "gpt2-mcu firmware: {} ({}, {})", board.name, board.machine, board.cpu);
-    let check = clock.insns(counter::loop_ticks(500_000));
-    let _ = writeln!(err, "counter check: a 1000000-instruction loop counts as {check} instructions");
+    let check = clock.count(loop_ticks::<P>(500_000));
+    let verb = if P::COUNTS == Counts::Instructions { "counts as" } else { "takes" };
+    let _ = writeln!(err, "counter check: a 1000000-instruction loop {verb} {check} {unit}");
 
     // Validate the whole blob once, CRC-32 included (the build script already did the same on
     // the host; this catches flash that differs from what was built).
@@ -142,7 +155,7 @@ fn generate_and_report(
     // each token's count runs from the end of the previous callback to the start of this one.
     let mut sampler = Sampler::<TOP_K_CAPACITY>::new(SAMPLER)?;
     let opts = GenerateOptions { max_tokens: MAX_NEW_TOKENS, stop_at_eos: settings::STOP_AT_EOS, context_shift: false };
-    let mut out = Out::stdout();
+    let mut out = P::stdout();
     if tok.is_some() {
         out.write_bytes(PROMPT.as_bytes());
     }
@@ -197,46 +210,60 @@ fn generate_and_report(
     }
 
     // Measurements.
-    let per = |ticks: u64, n: usize| clock.insns(ticks) / (n.max(1) as u64);
+    let per = |ticks: u64, n: usize| clock.count(ticks) / (n.max(1) as u64);
     let _ = writeln!(err, "---");
     let _ = writeln!(
         err,
-        "load: {} instructions (Model::from_blob, CRC-32 of {} B included)",
-        clock.insns(load_ticks),
+        "load: {} {unit} (Model::from_blob, CRC-32 of {} B included)",
+        clock.count(load_ticks),
         blob.len()
     );
     if let Some(t) = encode_ticks {
-        let _ = writeln!(err, "encode: {} instructions ({} prompt tokens)", clock.insns(t), prompt.len());
+        let _ = writeln!(err, "encode: {} {unit} ({} prompt tokens)", clock.count(t), prompt.len());
     }
     let _ = writeln!(
         err,
-        "prefill: {} tokens, {} instructions, {} per token (first token sampled included)",
+        "prefill: {} tokens, {} {unit}, {} per token (first token sampled included)",
         prompt.len(),
-        clock.insns(prefill_ticks),
+        clock.count(prefill_ticks),
         per(prefill_ticks, prompt.len())
     );
     let decoded = n_generated.saturating_sub(1);
     if decoded > 0 {
         let _ = writeln!(
             err,
-            "decode: {} tokens, {} instructions per token (min {}, max {}; sampling included)",
+            "decode: {} tokens, {} {unit} per token (min {}, max {}; sampling included)",
             decoded,
             per(decode_ticks, decoded),
-            clock.insns(decode_min),
-            clock.insns(decode_max)
+            clock.count(decode_min),
+            clock.count(decode_max)
         );
     }
     if let Some((pos, forward, sampling)) = breakdown {
         let _ = writeln!(
             err,
-            "decode step at position {pos}: forward pass {} + sampling {} instructions",
-            clock.insns(forward),
-            clock.insns(sampling)
+            "decode step at position {pos}: forward pass {} + sampling {} {unit}",
+            clock.count(forward),
+            clock.count(sampling)
         );
     }
     let _ = writeln!(err, "stack: high-water {stack_used} B of {stack_size} B");
-    let _ =
-        writeln!(err, "instruction counts: SysTick ticks x 1e9 / {} Hz (valid under -icount shift=0)", board.sysclk_hz);
+    let hz = board.sysclk_hz;
+    let _ = match P::COUNTS {
+        Counts::Instructions => {
+            writeln!(err, "instruction counts: SysTick ticks x 1e9 / {hz} Hz (valid under -icount shift=0)")
+        }
+        Counts::Cycles => {
+            let _ = writeln!(err, "cycle counts: DWT CYCCNT at {hz} Hz");
+            let _ = write!(err, "time: prefill ");
+            write_millis(err, per(prefill_ticks, prompt.len()), hz);
+            let _ = write!(err, " ms per token, decode ");
+            write_millis(err, per(decode_ticks, decoded), hz);
+            let _ = write!(err, " ms per token = ");
+            write_rate(err, per(decode_ticks, decoded), hz);
+            writeln!(err, " tokens/s")
+        }
+    };
     let _ = match summary.reason {
         StopReason::Eos => writeln!(err, "stopped: end-of-text token after {} tokens", summary.generated),
         StopReason::MaxTokens => writeln!(err, "stopped: {} tokens generated", summary.generated),
@@ -247,10 +274,31 @@ fn generate_and_report(
     Ok(())
 }
 
+/// Counter ticks of [`spin`]`(iterations)`: `2 * iterations` instructions.
+#[inline(never)]
+fn loop_ticks<P: Platform>(iterations: u32) -> u64 {
+    let t = P::now();
+    spin(iterations);
+    P::now() - t
+}
+
 /// `a,b,c\n`
-fn write_ids(w: &mut Out, ids: &[u32]) {
+fn write_ids(w: &mut impl Sink, ids: &[u32]) {
     for (i, id) in ids.iter().enumerate() {
         let _ = if i == 0 { write!(w, "{id}") } else { write!(w, ",{id}") };
     }
     let _ = writeln!(w);
+}
+
+/// `cycles` at `hz` as milliseconds with 2 decimals, e.g. `61.13` (integer arithmetic: the
+/// firmware does not link core's float formatting).
+fn write_millis(w: &mut impl Sink, cycles: u64, hz: u32) {
+    let centi_ms = cycles.saturating_mul(100_000) / u64::from(hz.max(1));
+    let _ = write!(w, "{}.{:02}", centi_ms / 100, centi_ms % 100);
+}
+
+/// How many `cycles`-long steps fit in a second at `hz`, with 2 decimals, e.g. `16.36`.
+fn write_rate(w: &mut impl Sink, cycles: u64, hz: u32) {
+    let centi = u64::from(hz).saturating_mul(100) / cycles.max(1);
+    let _ = write!(w, "{}.{:02}", centi / 100, centi % 100);
 }

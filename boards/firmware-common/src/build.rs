@@ -1,7 +1,8 @@
 //! Build-script helper (feature `build`, std): everything a board's `build.rs` does, so that file
 //! only states the board's memory layout.
 //!
-//! 1. Finds the model blob: `$MODEL_BLOB`, else `models/default/model-q8.blob` in the repository.
+//! 1. Finds the model blob: `$MODEL_BLOB`, else the board's default (`Layout::default_blob`,
+//!    e.g. `models/default/model-q8.blob` in the repository).
 //! 2. Validates it completely with the runtime itself (`Model::from_blob`: structure, shapes,
 //!    CRC-32), so a bad blob fails the build rather than the board.
 //! 3. Sizes the static buffers from its config: `SessionSizes::new(&config, capacity, 1)` with
@@ -21,8 +22,14 @@ use crate::settings;
 /// Where a board puts things, by memory.x region name.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
+    /// The blob to build with when `$MODEL_BLOB` is not set, relative to the repository root,
+    /// e.g. `models/default/model-q8.blob`.
+    pub default_blob: &'static str,
     /// Region that holds the `.model` section (the blob, read in place).
     pub model_region: &'static str,
+    /// Bytes of `model_region` that must stay free for everything else placed there (vector
+    /// table, code, constants). 0 when the blob has the region to itself.
+    pub model_reserve: usize,
     /// Region that holds the arena and the KV cache.
     pub buffer_region: &'static str,
     /// Bytes of `buffer_region` that must stay free for everything else placed there (stack,
@@ -105,7 +112,7 @@ pub fn configure(board: &str, layout: &Layout) {
                 manifest_dir.join(p)
             }
         }
-        None => manifest_dir.join("../../models/default/model-q8.blob"),
+        None => manifest_dir.join("../..").join(layout.default_blob),
     };
     println!("cargo:rerun-if-changed={}", blob_path.display());
     let blob_path = fs::canonicalize(&blob_path).unwrap_or_else(|e| {
@@ -143,10 +150,13 @@ pub fn configure(board: &str, layout: &Layout) {
     };
     let model_region = region(layout.model_region);
     let blob_len = bytes.len() as u64;
-    if blob_len > model_region.length {
+    if blob_len + layout.model_reserve as u64 > model_region.length {
         fail(&format!(
-            "{board}: the model blob does not fit: {} > {} region {}.\n  {}",
+            "{board}: the model blob does not fit: {} + {} reserved for code and constants = {} > {} region {}.\n  {}\n  \
+             Use a smaller blob (e.g. --dtype q4), or a board with more flash.",
             kib(blob_len),
+            kib(layout.model_reserve as u64),
+            kib(blob_len + layout.model_reserve as u64),
             layout.model_region,
             kib(model_region.length),
             blob_path.display()
@@ -158,11 +168,12 @@ pub fn configure(board: &str, layout: &Layout) {
     let needed = arena_bytes + kv_bytes + window_bytes + layout.buffer_reserve as u64;
     if needed > buffer_region.length {
         fail(&format!(
-            "{board}: the model does not fit in RAM: arena {} + KV cache {} (2 x {} layers x {capacity} ctx x {} embd x 4 B) \
+            "{board}: the model does not fit in RAM: arena {} + KV cache {} ({} KV, 2 x {} layers x {capacity} ctx x {} embd) \
              + token window {} + {} reserved for stack and statics = {} > {} region {}.\n  \
              Use a smaller model or lower settings::CTX_MAX.",
             kib(arena_bytes),
             kib(kv_bytes),
+            settings::kv_dtype_arg(),
             cfg.n_layer,
             cfg.n_embd,
             kib(window_bytes),

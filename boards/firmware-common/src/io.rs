@@ -1,70 +1,53 @@
-//! Output and exit through Arm semihosting (QEMU `-semihosting-config enable=on,target=native`
-//! writes to its own stdout and stderr and exits with the code the firmware reports).
+//! What the app needs from a board besides memory: two output streams, a counter, an exit.
+//!
+//! The app (`run`) is generic over a [`Platform`], so one code path serves every board:
+//!
+//! | platform | stdout / stderr | counter | exit |
+//! |---|---|---|---|
+//! | [`semihosting::Qemu`](crate::semihosting::Qemu) (QEMU boards) | semihosting, QEMU's own stdout and stderr | SysTick, converted to instructions under `-icount shift=0` | semihosting `SYS_EXIT`: QEMU's exit status |
+//! | [`rtt::Probe`](crate::rtt::Probe) (real boards) | one defmt frame per line over RTT, read by `probe-rs run` | DWT CYCCNT: processor cycles | semihosting `SYS_EXIT`: `probe-rs run`'s exit status |
 
 use core::fmt;
 
-use cortex_m_semihosting::{debug, hio};
-
-/// A buffered semihosting stream: flushes at each newline and when its 256 bytes are full, so
-/// one line costs one host call.
-pub struct Out {
-    stream: Option<hio::HostStream>,
-    buf: [u8; 256],
-    len: usize,
+/// An output stream: `fmt::Write` plus raw bytes and a flush.
+pub trait Sink: fmt::Write {
+    /// Appends bytes (UTF-8 text: the prompt, decoded token pieces).
+    fn write_bytes(&mut self, bytes: &[u8]);
+    /// A good moment to show what is buffered (after each generated token). A stream whose
+    /// records are whole lines may keep a partial line until its newline.
+    fn flush(&mut self);
 }
 
-impl Out {
-    /// The host's standard output (the generated text and the ids line).
-    pub fn stdout() -> Self {
-        Self { stream: hio::hstdout().ok(), buf: [0; 256], len: 0 }
-    }
-
-    /// The host's standard error (report and measurements).
-    pub fn stderr() -> Self {
-        Self { stream: hio::hstderr().ok(), buf: [0; 256], len: 0 }
-    }
-
-    /// Writes out what is buffered.
-    pub fn flush(&mut self) {
-        if let Some(s) = self.stream.as_mut() {
-            let _ = s.write_all(&self.buf[..self.len]);
-        }
-        self.len = 0;
-    }
-
-    /// Appends bytes (flushing as needed).
-    pub fn write_bytes(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let n = bytes.len().min(self.buf.len() - self.len);
-            self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-            self.len += n;
-            let newline = bytes[..n].contains(&b'\n');
-            bytes = &bytes[n..];
-            if newline || self.len == self.buf.len() {
-                self.flush();
-            }
-        }
-    }
+/// What the board's counter counts, which decides how the report names and converts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counts {
+    /// Ticks of SysTick on the processor clock under QEMU's `-icount shift=0`, where one
+    /// instruction is one nanosecond: `ticks x 1e9 / sysclk_hz` instructions.
+    Instructions,
+    /// Processor clock cycles (DWT CYCCNT): real time at `sysclk_hz`.
+    Cycles,
 }
 
-impl fmt::Write for Out {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.write_bytes(s.as_bytes());
-        Ok(())
-    }
-}
+/// A board's output, counter and exit. Everything is an associated function: each exists once
+/// per program, like the peripherals behind it.
+pub trait Platform {
+    /// Where the generated text and the ids line go (what `host --print-ids` prints on stdout).
+    type Out: Sink;
+    /// Where the report goes: board, model, memory, measurements, errors.
+    type Err: Sink;
+    /// What [`Platform::now`] counts.
+    const COUNTS: Counts;
 
-impl Drop for Out {
-    fn drop(&mut self) {
-        self.flush();
-    }
-}
-
-/// Ends the program: QEMU exits with status 0 (`success`) or 1.
-pub fn exit(success: bool) -> ! {
-    debug::exit(if success { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE });
-    // Only reached without a semihosting host that implements exit.
-    loop {
-        cortex_m::asm::bkpt();
-    }
+    /// Opens the stdout stream.
+    fn stdout() -> Self::Out;
+    /// Opens the stderr stream.
+    fn stderr() -> Self::Err;
+    /// Starts the counter; called once, before anything is timed.
+    fn start_counter(core: &mut cortex_m::Peripherals);
+    /// Counter value since [`Platform::start_counter`].
+    fn now() -> u64;
+    /// Body of the `SysTick` exception handler.
+    fn on_systick() {}
+    /// Ends the program with status 0 (`success`) or 1, as the runner reports it.
+    fn exit(success: bool) -> !;
 }

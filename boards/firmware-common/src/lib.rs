@@ -11,9 +11,15 @@ mod app;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod counter;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
+pub mod cycles;
+#[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod fault;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod io;
+#[cfg(all(target_arch = "arm", target_os = "none", feature = "rtt"))]
+pub mod rtt;
+#[cfg(all(target_arch = "arm", target_os = "none"))]
+pub mod semihosting;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod stack;
 
@@ -31,13 +37,14 @@ pub struct Aligned<T: ?Sized>(pub T);
 pub struct Board {
     /// Crate name, e.g. `qemu-m4`.
     pub name: &'static str,
-    /// QEMU machine, e.g. `mps2-an386`.
+    /// QEMU machine or board, e.g. `mps2-an386`, `Raspberry Pi Pico 2`.
     pub machine: &'static str,
     /// Processor, e.g. `Cortex-M4F`.
     pub cpu: &'static str,
-    /// Frequency of the processor clock that SysTick counts (CLKSOURCE = 1), in Hz. Under
-    /// `-icount shift=0` QEMU runs one instruction per nanosecond of virtual time, so one tick is
-    /// `1e9 / sysclk_hz` instructions.
+    /// Frequency of the processor clock, in Hz. Under QEMU it is what SysTick counts
+    /// (CLKSOURCE = 1), and under `-icount shift=0` one instruction takes one nanosecond of
+    /// virtual time, so one tick is `1e9 / sysclk_hz` instructions. On hardware it turns the
+    /// cycle counts into time.
     pub sysclk_hz: u32,
     /// Where the model blob lives (memory.x region), for the report.
     pub model_region: &'static str,
@@ -61,4 +68,81 @@ pub unsafe fn zeroed<T: Copy + Default, const N: usize>(buf: *mut core::mem::May
         }
         core::slice::from_raw_parts_mut(first, N)
     }
+}
+
+/// Declares a board's program: the model blob and buffer statics, `main`, and the exception
+/// handlers, all delegating to this crate. A board crate's `src/main.rs` is its memory map and
+/// this:
+///
+/// ```ignore
+/// firmware_common::board! {
+///     platform: firmware_common::semihosting::Qemu, // output, counter, exit (`io::Platform`)
+///     board: Board { name: "qemu-m4", /* ... */ },
+///     model_section: ".model",    // memory.x section of the blob (in flash, read in place)
+///     buffer_section: ".uninit",  // NOLOAD section of the arena, KV cache and token window
+///     init: || {},                // run first in `main`, e.g. the clock setup (optional)
+/// }
+/// ```
+///
+/// It includes `$OUT_DIR/consts.rs` (`BLOB_LEN`, `CAPACITY`, `ARENA_LEN`, `KV_LEN`, written by
+/// the build script from the blob) and `include_bytes!`s `MODEL_BLOB_PATH`. The board crate
+/// needs `cortex-m-rt` as a direct dependency (the `entry` and `exception` attributes).
+#[macro_export]
+macro_rules! board {
+    (
+        platform: $platform:ty,
+        board: $board:expr,
+        model_section: $model:literal,
+        buffer_section: $buffers:literal
+        $(, init: $init:expr)?
+        $(,)?
+    ) => {
+        // BLOB_LEN, CAPACITY, ARENA_LEN, KV_LEN: written by build.rs from the blob's config.
+        include!(concat!(env!("OUT_DIR"), "/consts.rs"));
+
+        /// The model blob, compiled in and placed by memory.x; the runtime reads its weights in
+        /// place.
+        #[link_section = $model]
+        static MODEL: $crate::Aligned<[u8; BLOB_LEN]> = $crate::Aligned(*include_bytes!(env!("MODEL_BLOB_PATH")));
+
+        // Run state sized at compile time, in a NOLOAD section (not cleared at reset: saves
+        // zeroing it twice); `firmware_common::zeroed` clears each buffer once before use.
+        #[link_section = concat!($buffers, ".ARENA")]
+        static mut ARENA: ::core::mem::MaybeUninit<[f32; ARENA_LEN]> = ::core::mem::MaybeUninit::uninit(); // activations + logits
+        #[link_section = concat!($buffers, ".KV")]
+        static mut KV: ::core::mem::MaybeUninit<[f32; KV_LEN]> = ::core::mem::MaybeUninit::uninit(); // (n_layer, 2, CAPACITY, n_embd)
+        #[link_section = concat!($buffers, ".WINDOW")]
+        static mut WINDOW: ::core::mem::MaybeUninit<[u32; CAPACITY]> = ::core::mem::MaybeUninit::uninit(); // token ids in the cache
+
+        const BOARD: $crate::Board = $board;
+
+        #[cortex_m_rt::entry]
+        fn main() -> ! {
+            $( ($init)(); )?
+            // SAFETY: main runs once and is the only user of these statics.
+            let (arena, kv, window) = unsafe {
+                (
+                    $crate::zeroed(&raw mut ARENA),
+                    $crate::zeroed(&raw mut KV),
+                    $crate::zeroed(&raw mut WINDOW),
+                )
+            };
+            $crate::run::<$platform>(&BOARD, &MODEL.0, arena, kv, window, CAPACITY)
+        }
+
+        #[cortex_m_rt::exception]
+        fn SysTick() {
+            <$platform as $crate::io::Platform>::on_systick();
+        }
+
+        #[cortex_m_rt::exception]
+        unsafe fn HardFault(ef: &cortex_m_rt::ExceptionFrame) -> ! {
+            $crate::fault::hard_fault::<$platform>(ef)
+        }
+
+        #[cortex_m_rt::exception]
+        unsafe fn DefaultHandler(irqn: i16) {
+            $crate::fault::unexpected_exception::<$platform>(irqn)
+        }
+    };
 }
