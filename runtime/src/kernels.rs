@@ -729,9 +729,29 @@ pub fn attend_head(
 /// `out += p · v`.
 #[inline]
 pub fn axpy(out: &mut [f32], p: f32, v: &[f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if let Some(d) = x86::Avx512::detect() {
+        return d.axpy(out, p, v);
+    }
+    axpy_portable(out, p, v);
+}
+
+#[inline(always)]
+fn axpy_portable(out: &mut [f32], p: f32, v: &[f32]) {
     for (o, &v) in out.iter_mut().zip(v) {
         *o += p * v;
     }
+}
+
+/// [`dot_f32`] on the widest vector unit the CPU has (bit-identical): the short dot products
+/// outside [`linear`], i.e. attention scores.
+#[inline]
+pub fn dot_f32_any(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if let Some(d) = x86::Avx512::detect() {
+        return d.f32(a, b);
+    }
+    dot_f32(a, b)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 use half::f16;
 
 use crate::error::Error;
-use crate::kernels::{axpy, dot_f16, dot_f32, quantize_group_q8};
+use crate::kernels::{axpy, dot_f16, dot_f32_any, quantize_group_q8};
 
 /// Storage type of cached keys and values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -168,7 +168,7 @@ impl<'m> KvCache<'m> {
         let Some(row) = self.row(layer, 0, pos) else { return 0.0 };
         let r = row * c + head * d..row * c + (head + 1) * d;
         match self.dtype {
-            KvDType::F32 => dot_f32(q, self.data.get(r).unwrap_or(&[])),
+            KvDType::F32 => dot_f32_any(q, self.data.get(r).unwrap_or(&[])),
             KvDType::F16 => dot_f16(bytemuck::cast_slice::<f32, f16>(self.data).get(r).unwrap_or(&[]), q),
             KvDType::I8 => {
                 let (v, s) = self.i8_parts();

@@ -40,6 +40,17 @@ impl Avx512 {
         // SAFETY: an Avx512 exists only when the CPU has AVX-512F/BW.
         unsafe { linear_avx512(self, out, x, w, bias, acc, scratch) }
     }
+
+    /// [`super::axpy`] (elementwise, so the same bits at any width).
+    pub(super) fn axpy(&self, out: &mut [f32], p: f32, v: &[f32]) {
+        // SAFETY: as above.
+        unsafe { axpy_avx512(out, p, v) }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+fn axpy_avx512(out: &mut [f32], p: f32, v: &[f32]) {
+    super::axpy_portable(out, p, v)
 }
 
 #[target_feature(enable = "avx2")]
