@@ -12,6 +12,10 @@ use half::f16;
 
 use crate::model::{Matrix, MatrixData};
 
+/// Cortex-M builds of [`dot_i8`] and [`dot_q4_group`] (cargo features `arm-dsp`, `arm-helium`).
+#[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
+mod arm;
+
 /// Lanes of independent accumulators in [`dot_f32`]: wide enough for the compiler to keep
 /// several SIMD registers busy (SSE/AVX on a desktop) and cheap on a scalar FPU.
 const LANES: usize = 16;
@@ -544,6 +548,10 @@ fn dot_q8_with(w: &[i8], ws: &[f32], x: &[i8], xs: &[f32], group: usize, dot8: i
 /// Integer dot product of two int8 vectors (i32 accumulation; lanes let the compiler vectorise).
 #[inline(always)]
 pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
+    if let Some(d) = arm::dot_i8(a, b) {
+        return d;
+    }
     let n = a.len().min(b.len());
     let (a, b) = (a.get(..n).unwrap_or(&[]), b.get(..n).unwrap_or(&[]));
     let (ca, ra) = a.as_chunks::<LANES>();
@@ -569,6 +577,10 @@ pub fn dot_q4(w: &[u8], ws: &[f32], x: &[i8], xs: &[f32], group: usize) -> f32 {
 /// `q + 8`) with int8 activations: `Σ (nibble - 8) · x` in i32 (exact).
 #[inline(always)]
 pub fn dot_q4_group(w: &[u8], x: &[i8]) -> i32 {
+    #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
+    if let Some(d) = arm::dot_q4_group(w, x) {
+        return d;
+    }
     let mut acc = 0i32;
     for (&b, xp) in w.iter().zip(x.chunks_exact(2)) {
         let lo = (b & 0x0F) as i32 - 8;
