@@ -21,6 +21,7 @@ use runtime::{Error, Model, Session};
 
 use crate::counter::{self, spin};
 use crate::io::{Counts, Platform, Sink};
+use crate::kernels;
 use crate::settings::{self, FALLBACK_PROMPT_IDS, MAX_NEW_TOKENS, PROMPT, SAMPLER, TOP_K_CAPACITY};
 use crate::{stack, Board};
 
@@ -96,6 +97,19 @@ fn generate_and_report<P: Platform>(
     let check = clock.count(loop_ticks::<P>(500_000));
     let verb = if P::COUNTS == Counts::Instructions { "counts as" } else { "takes" };
     let _ = writeln!(err, "counter check: a 1000000-instruction loop {verb} {check} {unit}");
+
+    // The integer kernels this build runs (inline assembly with the arm-dsp / arm-helium
+    // features) against naive references; a difference ends the run with status 1.
+    match kernels::self_check() {
+        Ok(cases) => {
+            let _ = writeln!(err, "kernels: {}; self-check: {cases} cases equal the naive references", kernels::KERNELS);
+        }
+        Err(m) => {
+            let _ = writeln!(err, "error: kernel self-check ({}): {m}", kernels::KERNELS);
+            err.flush();
+            P::exit(false)
+        }
+    }
 
     // Validate the whole blob once, CRC-32 included (the build script already did the same on
     // the host; this catches flash that differs from what was built).
@@ -208,6 +222,9 @@ fn generate_and_report<P: Platform>(
         sampler.sample(logits, &[])?;
         breakdown = Some((pos, forward, now() - t));
     }
+    // The q8/q4 mat-vec alone: one decode-step call of layer 0's mlp.c_fc (I x C).
+    let layer0 = model.layer(0);
+    let linear_timing = kernels::time_linear(&layer0.mlp_c_fc, layer0.mlp_c_fc_bias, now);
 
     // Measurements.
     let per = |ticks: u64, n: usize| clock.count(ticks) / (n.max(1) as u64);
@@ -246,6 +263,26 @@ fn generate_and_report<P: Platform>(
             clock.count(forward),
             clock.count(sampling)
         );
+    }
+    if let Some(t) = linear_timing {
+        // Counts per multiply-accumulate, in hundredths.
+        let per_mac = |ticks: u64| clock.count(ticks) * 100 / (t.macs.max(1) as u64);
+        let (count, centi) = (clock.count(t.linear_ticks), per_mac(t.linear_ticks));
+        let _ = write!(
+            err,
+            "linear: layer 0 mlp.c_fc ({}x{} {}, {} multiply-accumulates): {count} {unit}, {}.{:02} per multiply-accumulate",
+            layer0.mlp_c_fc.rows,
+            layer0.mlp_c_fc.cols,
+            model.weight_dtype().name(),
+            t.macs,
+            centi / 100,
+            centi % 100
+        );
+        if let Some(dots) = t.dots_ticks {
+            let centi = per_mac(dots);
+            let _ = write!(err, "; its group dots alone {} ({}.{:02})", clock.count(dots), centi / 100, centi % 100);
+        }
+        let _ = writeln!(err);
     }
     let _ = writeln!(err, "stack: high-water {stack_used} B of {stack_size} B");
     let hz = board.sysclk_hz;

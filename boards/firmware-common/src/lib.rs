@@ -21,6 +21,8 @@ pub mod rtt;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod semihosting;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
+pub mod kernels;
+#[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod stack;
 
 #[cfg(all(target_arch = "arm", target_os = "none"))]
