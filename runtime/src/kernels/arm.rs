@@ -37,7 +37,9 @@
 //!   `SXTB16`s out of every row, for a floor of 1.0 (2 `SXTB16` + 2 `SMLAD` per 4 weights);
 //!   that changes how `linear` quantizes, so it is not done here.
 //! - `arm-dsp`, q4: per 8 weights, 1 `EOR` + 2 `AND` + 4 `SXTB16` for the weights, 2 `PKHBT`/
-//!   `PKHTB` + 4 `SXTB16` for the activations, 4 `SMLAD`.
+//!   `PKHTB` + 4 `SXTB16` for the activations, 4 `SMLAD`, 3 loads and 2 loop instructions:
+//!   2.6 per multiply-accumulate; a 2-byte head or tail (groups of 28: 14 bytes) takes a
+//!   14-instruction step.
 //! - `arm-helium`, q8: per 16 weights, 2 `VLDRB` + 1 `VMLADAVA` + 1 `LETP`; a group of 28 or
 //!   32 takes 9 instructions.
 //! - `arm-helium`, q4: per 16 weights, 1 `VLDRB.U16` + `VSLI` + `VBIC` + `VSUB` (unpack to signed
@@ -241,40 +243,37 @@ fn dot_i8_scalar(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).fold(0i32, |s, (&x, &y)| s.wrapping_add(x as i32 * y as i32))
 }
 
-/// Weight bytes per call of [`q4_words`]: keeps its ×16-scaled sum inside i32
-/// (32 768 bytes · 2 weights · 16·8·128 = 2^30).
+/// Weight bytes [`dot_q4_group`]'s assembly takes at most: it keeps the sum ×16, which stays
+/// inside i32 up to 32 768 bytes (65 536 weights · 16·8·128 = 2^30). Longer inputs (no model
+/// has such a group) take [`q4_scalar`].
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
-const Q4_CHUNK_BYTES: usize = 32 * 1024;
+const Q4_MAX_BYTES: usize = 32 * 1024;
 
 /// `Σ (nibble - 8)·x` over `min(w.len(), x.len() / 2)` weight bytes, as
-/// [`super::dot_q4_group`]. The weights may start at any offset (the bytes before a word
-/// boundary, as in every other group of 14 bytes, are summed in Rust); activations that are
-/// not 4-byte aligned where the weights become so take the out-of-line [`q4_cold`].
+/// [`super::dot_q4_group`]. Needs the weights 2-byte and the activations 4-byte aligned (the
+/// model's groups: 14 or 16 bytes of weights, 28 or 32 activations); other inputs take
+/// [`q4_scalar`].
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
 #[inline(always)]
 pub(super) fn dot_q4_group(w: &[u8], x: &[i8]) -> Option<i32> {
     let n = w.len().min(x.len() / 2);
-    let head = (w.as_ptr() as usize).wrapping_neg() & 3; // bytes until w is aligned
-    if (x.as_ptr() as usize).wrapping_add(2 * head) & 3 != 0 {
-        return Some(q4_cold(w, x));
+    if (w.as_ptr() as usize & 1) | (x.as_ptr() as usize & 3) != 0 || n > Q4_MAX_BYTES {
+        return Some(q4_scalar(w, x));
     }
-    let head = head.min(n);
-    let words = (n - head) & !3;
-    let body = head..head + words;
-    let mut acc = q4_scalar(w.get(..head).unwrap_or(&[]), x.get(..2 * head).unwrap_or(&[]));
-    let (wb, xb) = (w.get(body.clone()).unwrap_or(&[]), x.get(2 * body.start..2 * body.end).unwrap_or(&[]));
-    for (wc, xc) in wb.chunks(Q4_CHUNK_BYTES).zip(xb.chunks(2 * Q4_CHUNK_BYTES)) {
-        // SAFETY: wb starts where w is 4-byte aligned, xb where x is (checked above), and the
-        // chunks keep that (their lengths are multiples of 4).
-        acc = acc.wrapping_add(unsafe { q4_words(wc, xc) });
+    // SAFETY: n ≤ w.len() and 2n ≤ x.len(); w is 2-byte and x 4-byte aligned (checked above).
+    let mut acc = unsafe { q4_pairs(w.as_ptr(), x.as_ptr(), n) };
+    if n & 1 != 0 {
+        let last = n - 1;
+        acc = acc.wrapping_add(q4_scalar(w.get(last..n).unwrap_or(&[]), x.get(2 * last..2 * n).unwrap_or(&[])));
     }
-    let tail = body.end..n;
-    Some(acc.wrapping_add(q4_scalar(w.get(tail.clone()).unwrap_or(&[]), x.get(2 * tail.start..2 * tail.end).unwrap_or(&[]))))
+    Some(acc)
 }
 
-/// The portable q4 sum, for the few bytes before and after the aligned words.
+/// The portable q4 sum, out of line: for inputs the assembly does not take and the last byte
+/// of an odd count (neither occurs in the model's groups).
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
-#[inline(always)]
+#[cold]
+#[inline(never)]
 fn q4_scalar(w: &[u8], x: &[i8]) -> i32 {
     w.iter().zip(x.chunks_exact(2)).fold(0i32, |s, (&b, xp)| {
         let (lo, hi) = ((b & 0x0F) as i32 - 8, (b >> 4) as i32 - 8);
@@ -283,38 +282,66 @@ fn q4_scalar(w: &[u8], x: &[i8]) -> i32 {
     })
 }
 
-/// [`q4_scalar`] out of line: for misaligned activations only.
+/// One step of [`q4_pairs`] over 2 weight bytes (4 weights, LDRH) and 4 activations (LDR):
+/// spreads the four nibbles of the halfword h into the high nibbles of four bytes, in weight
+/// order (`t = (h | h<<8) & 0x00FF00FF` puts the two bytes in bytes 0 and 2, then
+/// `((t<<4) | (t<<8)) & 0xF0F0F0F0`), EOR 0x80808080 turns each 16·(q+8) into 16·q as a signed
+/// byte, and SXTB16 / SXTB16 ROR #8 pair weights 0,2 and 1,3 with the activations the same.
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
-#[cold]
-#[inline(never)]
-fn q4_cold(w: &[u8], x: &[i8]) -> i32 {
-    q4_scalar(w, x)
+macro_rules! q4_half_step {
+    () => {
+        concat!(
+            "ldrh {q}, [{w}], #2\n",
+            "ldr {x0}, [{x}], #4\n",
+            "orr {q}, {q}, {q}, lsl #8\n",
+            "and {q}, {q}, #0x00FF00FF\n",
+            "lsl {l}, {q}, #4\n",
+            "orr {l}, {l}, {q}, lsl #8\n",
+            "and {l}, {l}, {m}\n",
+            "eor {l}, {l}, #0x80808080\n",
+            "sxtb16 {u}, {l}\n",
+            "sxtb16 {t}, {x0}\n",
+            "smlad {acc}, {u}, {t}, {acc}\n",
+            "sxtb16 {u}, {l}, ror #8\n",
+            "sxtb16 {t}, {x0}, ror #8\n",
+            "smlad {acc}, {u}, {t}, {acc}\n",
+        )
+    };
 }
 
-/// The q4 sum over the whole words of `w` that `x` has activations for (at most
-/// [`Q4_CHUNK_BYTES`] bytes of `w`).
+/// The q4 sum over the first `n & !1` weight bytes.
+///
+/// Per weight word (8 weights, byte k = w[2k+1]·16 + w[2k], each stored as q + 8): EOR
+/// 0x88888888 makes every nibble its 4-bit two's complement q; AND 0xF0F0F0F0 leaves the high
+/// nibbles, AND of the word shifted left by 4 the low ones, each as 16·q in a signed byte, and
+/// SXTB16 / SXTB16 ROR #8 widen bytes 0,2 / 1,3 into halves: (w0,w4), (w2,w6), (w1,w5),
+/// (w3,w7), all ×16. The activations x0..x7 (two words) are packed to [x0 x1 x4 x5] (PKHBT)
+/// and [x2 x3 x6 x7] (PKHTB) and widened the same way to match. A weight pointer at 2 mod 4
+/// first takes one 2-byte step ([`q4_half_step`]), and a 2-byte remainder another. The sum is
+/// 16× the true one (exact and inside i32 for at most [`Q4_MAX_BYTES`]), so it ends with ASR #4.
 ///
 /// # Safety
-/// `w` and `x` must start at 4-byte aligned addresses.
+/// `w` must be 2-byte aligned and readable for `n & !1` bytes, `x` 4-byte aligned and readable
+/// for `2·(n & !1)` bytes, and `n` at most [`Q4_MAX_BYTES`].
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
 #[inline(always)]
-unsafe fn q4_words(w: &[u8], x: &[i8]) -> i32 {
-    let words = w.len().min(x.len() / 2).min(Q4_CHUNK_BYTES) / 4;
+unsafe fn q4_pairs(w: *const u8, x: *const i8, n: usize) -> i32 {
     let mut acc: i32 = 0;
-    // Per weight word (8 weights, byte k = w[2k+1]·16 + w[2k], each stored as q + 8): EOR
-    // 0x88888888 makes every nibble its 4-bit two's complement q; AND 0xF0F0F0F0 leaves the
-    // high nibbles, AND of the word shifted left by 4 the low ones, each as 16·q in a signed
-    // byte, and SXTB16 / SXTB16 ROR #8 widen bytes 0,2 / 1,3 into halves: (w0,w4), (w2,w6),
-    // (w1,w5), (w3,w7), all ×16. The activations x0..x7 (two words) are packed to
-    // [x0 x1 x4 x5] (PKHBT) and [x2 x3 x6 x7] (PKHTB) and widened the same way to match. The
-    // sum is 16× the true one (exact, and inside i32 for one chunk), so it ends with ASR #4.
-    // SAFETY: reads w[..4·words] (LDR) and x[..8·words] (LDRD), inside both slices by the
-    // choice of words, at 4-byte aligned addresses (the caller's contract; the pointers advance
-    // by 4 and 8). Writes only its register operands and the flags.
+    // SAFETY: reads the first n & !1 bytes of w (LDRH, then LDR once w is 4-byte aligned: the
+    // head step runs exactly when w is 2 mod 4) and the first 2·(n & !1) bytes of x (LDR/LDRD,
+    // 4-byte aligned throughout: every step advances x by 4 or 8), all within the caller's
+    // bounds. Writes only its register operands and the flags.
     unsafe {
         core::arch::asm!(
-            "cmp {n}, #0",
-            "beq 3f",
+            "tst {w}, #2",
+            "beq 1f",
+            "cmp {n}, #2",
+            "blo 1f",
+            q4_half_step!(),
+            "subs {n}, {n}, #2",
+            "1:",
+            "subs {n}, {n}, #4",
+            "blo 3f",
             "2:",
             "ldr {q}, [{w}], #4",
             "ldrd {x0}, {x1}, [{x}], #8",
@@ -335,13 +362,18 @@ unsafe fn q4_words(w: &[u8], x: &[i8]) -> i32 {
             "sxtb16 {x0}, {x1}, ror #8",
             "sxtb16 {u}, {q}, ror #8",
             "smlad {acc}, {u}, {x0}, {acc}",
-            "subs {n}, {n}, #1",
-            "bne 2b",
+            "subs {n}, {n}, #4",
+            "bhs 2b",
+            // n = remainder - 4: bit 1 is the remainder's.
             "3:",
+            "tst {n}, #2",
+            "beq 4f",
+            q4_half_step!(),
+            "4:",
             "asrs {acc}, {acc}, #4",
-            w = inout(reg) w.as_ptr() => _,
-            x = inout(reg) x.as_ptr() => _,
-            n = inout(reg) words => _,
+            w = inout(reg) w => _,
+            x = inout(reg) x => _,
+            n = inout(reg) n => _,
             m = in(reg) 0xF0F0_F0F0u32,
             acc = inout(reg) acc,
             q = out(reg) _,
