@@ -520,12 +520,15 @@ pub fn quantize_group_q4(x: &[f32], packed: &mut [u8]) -> f32 {
 #[inline(always)]
 pub fn combine_groups(isums: impl Iterator<Item = i32>, ws: &[f32], xs: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
-    let mut lane = 0;
-    for ((s, &sw), &sx) in isums.zip(ws).zip(xs) {
-        if let Some(a) = acc.get_mut(lane) {
-            *a += s as f32 * (sw * sx);
+    let mut terms = isums.zip(ws).zip(xs).map(|((s, &sw), &sx)| s as f32 * (sw * sx));
+    // Lanes in a fixed order (no computed index), so a Cortex-M keeps them in FPU registers.
+    'groups: loop {
+        for a in acc.iter_mut() {
+            match terms.next() {
+                Some(t) => *a += t,
+                None => break 'groups,
+            }
         }
-        lane = (lane + 1) % LANES;
     }
     reduce(acc)
 }
