@@ -239,17 +239,9 @@ pub(crate) trait Dots {
     fn f16(&self, w: &[f16], x: &[f32]) -> f32;
     /// [`dot_i8`].
     fn i8(&self, a: &[i8], b: &[i8]) -> i32;
-    /// One f32 weight row against four tokens.
-    fn f32_4tokens(&self, w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
-        x.map(|x| self.f32(w, x))
-    }
     /// Four f32 weight rows against one token.
     fn f32_4rows(&self, w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
         w.map(|w| self.f32(w, x))
-    }
-    /// One f16 weight row against four tokens.
-    fn f16_4tokens(&self, w: &[f16], x: [&[f32]; 4]) -> [f32; 4] {
-        x.map(|x| self.f16(w, x))
     }
     /// Four f16 weight rows against one token.
     fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
@@ -257,11 +249,11 @@ pub(crate) trait Dots {
     }
     /// Four f32 weight rows against four tokens: `[row][token]`.
     fn f32_4x4(&self, w: [&[f32]; 4], x: [&[f32]; 4]) -> [[f32; 4]; 4] {
-        w.map(|w| self.f32_4tokens(w, x))
+        w.map(|w| x.map(|x| self.f32(w, x)))
     }
     /// Four f16 weight rows against four tokens: `[row][token]`.
     fn f16_4x4(&self, w: [&[f16]; 4], x: [&[f32]; 4]) -> [[f32; 4]; 4] {
-        w.map(|w| self.f16_4tokens(w, x))
+        w.map(|w| x.map(|x| self.f16(w, x)))
     }
 }
 
@@ -358,7 +350,7 @@ struct Dense<'a, W> {
     rows: usize,
     cols: usize,
     tokens: usize,
-    /// Four tokens per weight row in prefill, four rows per token in decode.
+    /// 4 rows × 4 tokens tiles in prefill, four rows per token in decode.
     block4: bool,
 }
 

@@ -96,16 +96,8 @@ impl Dots for Avx512 {
         unsafe { dot_i8_avx512(a, b) }
     }
     #[inline(always)]
-    fn f32_4tokens(&self, w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
-        unsafe { dot4_tokens_avx512(w, x) }
-    }
-    #[inline(always)]
     fn f32_4rows(&self, w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
         unsafe { dot4_rows_avx512(w, x) }
-    }
-    #[inline(always)]
-    fn f16_4tokens(&self, w: &[f16], x: [&[f32]; 4]) -> [f32; 4] {
-        unsafe { dot4_tokens_avx512(w, x) }
     }
     #[inline(always)]
     fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
@@ -191,31 +183,6 @@ fn dot_avx512<W: Weight>(w: &[W], x: &[f32]) -> f32 {
     finish_vec(acc, rw, rx)
 }
 
-/// Four [`dot_avx512`]s of one weight row against four tokens, sharing each weight load.
-#[target_feature(enable = "avx512f")]
-fn dot4_tokens_avx512<W: Weight>(w: &[W], x: [&[f32]; 4]) -> [f32; 4] {
-    let n = x.iter().fold(w.len(), |n, r| n.min(r.len()));
-    let (cw, rw) = w.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
-    let xs = x.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
-    let mut acc = [_mm512_setzero_ps(); 4];
-    for (i, wc) in cw.iter().enumerate() {
-        // SAFETY: wc holds 16 weights.
-        let vw = unsafe { W::load16(wc.as_ptr()) };
-        for (a, (c, _)) in acc.iter_mut().zip(&xs) {
-            if let Some(xc) = c.get(i) {
-                // SAFETY: xc is [f32; 16].
-                let vx = unsafe { _mm512_loadu_ps(xc.as_ptr()) };
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(vw, vx));
-            }
-        }
-    }
-    let mut out = [0.0f32; 4];
-    for ((o, a), (_, r)) in out.iter_mut().zip(acc).zip(&xs) {
-        *o = finish_vec(a, rw, r);
-    }
-    out
-}
-
 /// Sixteen [`dot_avx512`]s, four weight rows × four tokens (`[row][token]`): each weight and
 /// activation load feeds four products (prefill). Each result is bit-identical to the single dot.
 #[target_feature(enable = "avx512f")]
@@ -260,8 +227,8 @@ fn dot4_rows_avx512<W: Weight>(ws: [&[W]; 4], x: &[f32]) -> [f32; 4] {
         let vx = unsafe { _mm512_loadu_ps(xc.as_ptr()) };
         for (a, (w, _)) in acc.iter_mut().zip(&wc) {
             if let Some(w) = w.get(i) {
-                // decode streams the weights once: ask for them ahead (see prefetch_bytes)
-                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().cast::<u8>().wrapping_add(prefetch_bytes()).cast());
+                // decode streams the weights once: ask for them ahead (see PREFETCH_BYTES)
+                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES).cast());
                 // SAFETY: w holds 16 weights.
                 let vw = unsafe { W::load16(w.as_ptr()) };
                 *a = _mm512_add_ps(*a, _mm512_mul_ps(vw, vx));
@@ -330,7 +297,7 @@ mod tests {
             let want: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f16(&w, x).to_bits()).collect();
             let refs = [&xs[0][..], &xs[1][..], &xs[2][..], &xs[3][..]];
             // SAFETY: AVX-512F/BW present (checked).
-            let (one, tok4) = unsafe { (dot_avx512(&w, &xs[0]), dot4_tokens_avx512(&w, refs)) };
+            let (one, [tok4, ..]) = unsafe { (dot_avx512(&w, &xs[0]), dot4x4_avx512([&w[..]; 4], refs)) };
             assert_eq!(one.to_bits(), want[0], "f16 n={n}");
             assert_eq!(tok4.map(f32::to_bits).to_vec(), want, "f16 4 tokens n={n}");
             // four rows (rotations of w) against one token
@@ -363,7 +330,7 @@ mod tests {
             }
             if has_avx512f() {
                 // SAFETY: AVX-512F is present (checked).
-                let (one, tok4, rows4) = unsafe { (dot_avx512(&w, &xs[0]), dot4_tokens_avx512(&w, refs), dot4_rows_avx512(refs, &w)) };
+                let (one, [tok4, ..], rows4) = unsafe { (dot_avx512(&w, &xs[0]), dot4x4_avx512([&w[..]; 4], refs), dot4_rows_avx512(refs, &w)) };
                 assert_eq!(one.to_bits(), want[0], "avx512 n={n}");
                 assert_eq!(tok4.map(f32::to_bits).to_vec(), want, "avx512 4 tokens n={n}");
                 let want_rows: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f32(x, &w).to_bits()).collect();
@@ -474,11 +441,6 @@ mod tests {
 /// prefetch 2–8 KiB ahead took it to 156–172 (BENCHMARKS.md).
 const PREFETCH_BYTES: usize = 8192;
 
-#[inline(always)]
-fn prefetch_bytes() -> usize {
-    PREFETCH_BYTES
-}
-
 /// The group size the VNNI kernels handle.
 const VNNI_GROUP: usize = 32;
 /// Tokens that share each loaded block of weights in prefill.
@@ -572,7 +534,7 @@ impl RowQuant {
             // the next rows): the hardware prefetcher alone leaves decode waiting on loads. A
             // prefetch never faults, so running past the matrix is harmless.
             for line in 0..if q4 { 4 } else { 8 } {
-                _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(prefetch_bytes() + 64 * line).cast());
+                _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
             }
             let wv = if q4 { unsafe { load_q4_block(wblk, ng / 4) } } else { unsafe { load_q8_block(wblk, ng / 2) } };
             for (k, a) in acc.iter_mut().enumerate() {
