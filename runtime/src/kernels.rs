@@ -159,71 +159,58 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
     };
     let quant = |t: usize| if group == 0 { 0 } else { t * quant_scratch_len(cols, group) };
     let (x, out) = (x.get(..tokens * cols).unwrap_or(&[]), out.get_mut(..tokens * rows).unwrap_or(&mut []));
-    let shared = Shared { out: out.as_mut_ptr(), out_len: out.len(), scratch: scratch.as_mut_ptr(), scratch_len: scratch.len() };
-    if tokens >= 4 * threads {
-        // prefill: token ranges, multiples of 4 (the kernels' token tiles)
-        let per = tokens.div_ceil(threads).div_ceil(4) * 4;
-        let share = quant(per);
-        if share * threads > scratch.len() {
-            return linear(out, x, w, bias, accumulate, scratch);
-        }
-        par.run(threads, &|i| {
-            let (t0, t1) = ((i * per).min(tokens), ((i + 1) * per).min(tokens));
-            // SAFETY: task i alone touches out[t0·rows..t1·rows] and scratch[i·share..(i+1)·share]
-            // (disjoint for distinct i, inside the buffers: checked above).
-            let (o, s) = unsafe { (shared.out(t0 * rows, t1 * rows), shared.scratch(i * share, (i + 1) * share)) };
-            linear(o, x.get(t0 * cols..t1 * cols).unwrap_or(&[]), w, bias, accumulate, s);
-        });
-    } else {
-        // decode: row ranges, multiples of 16; every thread quantizes the (short) activations
-        let per = rows.div_ceil(threads).div_ceil(16) * 16;
-        let share = quant(tokens);
-        if share * threads > scratch.len() || tokens != 1 {
-            return linear(out, x, w, bias, accumulate, scratch);
-        }
-        par.run(threads, &|i| {
-            let (r0, r1) = ((i * per).min(rows), ((i + 1) * per).min(rows));
-            // SAFETY: with one token, task i alone touches out[r0..r1] and its scratch share.
-            let (o, s) = unsafe { (shared.out(r0, r1), shared.scratch(i * share, (i + 1) * share)) };
-            linear(o, x, &w.row_range(r0, r1), bias.get(r0..r1).unwrap_or(&[]), accumulate, s);
-        });
+    // prefill: token ranges, multiples of 4 (the kernels' token tiles); decode (one token):
+    // row ranges, multiples of 16, and every thread quantizes the (short) activations itself
+    let prefill = tokens >= 4 * threads;
+    let per = if prefill { tokens.div_ceil(threads).div_ceil(4) * 4 } else { rows.div_ceil(threads).div_ceil(16) * 16 };
+    let share = quant(if prefill { per } else { tokens });
+    if share * threads > scratch.len() || (!prefill && tokens != 1) {
+        return linear(out, x, w, bias, accumulate, scratch);
     }
+    let split = if prefill { tokens } else { rows };
+    let (shared_out, shared_scratch) = (Shared::new(out), Shared::new(scratch));
+    par.run(threads, &|i| {
+        let (a, b) = ((i * per).min(split), ((i + 1) * per).min(split));
+        // SAFETY: task i alone touches its scratch share (disjoint, inside the buffer: checked
+        // above) and its range of out: tokens a..b (out[a·rows..b·rows]) in prefill, rows
+        // a..b of the one token in decode.
+        let s = unsafe { shared_scratch.range(i * share, (i + 1) * share) };
+        if prefill {
+            // SAFETY: as above.
+            let o = unsafe { shared_out.range(a * rows, b * rows) };
+            linear(o, x.get(a * cols..b * cols).unwrap_or(&[]), w, bias, accumulate, s);
+        } else {
+            // SAFETY: as above.
+            let o = unsafe { shared_out.range(a, b) };
+            linear(o, x, &w.row_range(a, b), bias.get(a..b).unwrap_or(&[]), accumulate, s);
+        }
+    });
 }
 
-/// The output and scratch of a [`linear_par`] call, shared by its tasks; each task takes a
-/// disjoint range.
+/// A `&mut [f32]` lent to the tasks of a [`linear_par`] call; each task takes a disjoint range.
 struct Shared {
-    out: *mut f32,
-    out_len: usize,
-    scratch: *mut f32,
-    scratch_len: usize,
+    ptr: *mut f32,
+    len: usize,
 }
 
-// SAFETY: the pointers come from `&mut` slices that outlive the `Parallel::run` call, and the
-// tasks only ever take disjoint ranges of them.
+// SAFETY: made from a `&mut` slice that outlives the `Parallel::run` call, and the tasks only
+// ever take disjoint ranges of it.
 unsafe impl Sync for Shared {}
 
 impl Shared {
-    /// `out[a..b]` (clamped to the buffer).
+    fn new(buf: &mut [f32]) -> Self {
+        Self { ptr: buf.as_mut_ptr(), len: buf.len() }
+    }
+
+    /// `buf[a..b]` (clamped to the buffer).
     ///
     /// # Safety
     /// No other live reference may overlap `a..b`.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn out(&self, a: usize, b: usize) -> &mut [f32] {
-        let (a, b) = (a.min(self.out_len), b.min(self.out_len));
+    unsafe fn range(&self, a: usize, b: usize) -> &mut [f32] {
+        let (a, b) = (a.min(self.len), b.min(self.len));
         // SAFETY: in bounds (clamped), unaliased (the caller's contract).
-        unsafe { core::slice::from_raw_parts_mut(self.out.add(a), b.saturating_sub(a)) }
-    }
-
-    /// `scratch[a..b]` (clamped to the buffer).
-    ///
-    /// # Safety
-    /// As for [`Shared::out`].
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn scratch(&self, a: usize, b: usize) -> &mut [f32] {
-        let (a, b) = (a.min(self.scratch_len), b.min(self.scratch_len));
-        // SAFETY: as above.
-        unsafe { core::slice::from_raw_parts_mut(self.scratch.add(a), b.saturating_sub(a)) }
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.add(a), b.saturating_sub(a)) }
     }
 }
 
