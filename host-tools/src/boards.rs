@@ -61,6 +61,18 @@ pub struct Region {
     pub what: &'static str,
 }
 
+impl Region {
+    /// The usual single-memory layout's flash: the region "FLASH", holding the model and code.
+    const fn flash(bytes: u64, what: &'static str) -> Self {
+        Region { name: "FLASH", memory: Memory::Flash, bytes, holds: &[Part::Model, Part::Code], what }
+    }
+
+    /// The usual single-memory layout's RAM: the region "RAM", holding the buffers and stack.
+    const fn ram(bytes: u64, what: &'static str) -> Self {
+        Region { name: "RAM", memory: Memory::Ram, bytes, holds: &[Part::Buffers, Part::Stack], what }
+    }
+}
+
 /// A board: a name and its memory regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Board {
@@ -85,20 +97,8 @@ pub const BOARDS: &[Board] = &[
         name: "qemu-m4",
         chip: "QEMU mps2-an386, Cortex-M4F",
         regions: &[
-            Region {
-                name: "FLASH",
-                memory: Memory::Flash,
-                bytes: 4 * MIB,
-                holds: &[Part::Model, Part::Code],
-                what: "ZBT SSRAM1, code memory",
-            },
-            Region {
-                name: "RAM",
-                memory: Memory::Ram,
-                bytes: 4 * MIB,
-                holds: &[Part::Buffers, Part::Stack],
-                what: "ZBT SSRAM2&3, data memory",
-            },
+            Region::flash(4 * MIB, "ZBT SSRAM1, code memory"),
+            Region::ram(4 * MIB, "ZBT SSRAM2&3, data memory"),
         ],
     },
     // Arm MPS3 FPGA image AN547 (Corstone-300, Cortex-M55) as QEMU 7.2 models it
@@ -124,20 +124,8 @@ pub const BOARDS: &[Board] = &[
         name: "pico2",
         chip: "RP2350, Cortex-M33",
         regions: &[
-            Region {
-                name: "FLASH",
-                memory: Memory::Flash,
-                bytes: 4 * MIB,
-                holds: &[Part::Model, Part::Code],
-                what: "QSPI flash, XIP",
-            },
-            Region {
-                name: "RAM",
-                memory: Memory::Ram,
-                bytes: 520 * KIB,
-                holds: &[Part::Buffers, Part::Stack],
-                what: "SRAM0-9",
-            },
+            Region::flash(4 * MIB, "QSPI flash, XIP"),
+            Region::ram(520 * KIB, "SRAM0-9"),
         ],
     },
     // Nordic nRF52840 DK: nRF52840 (nRF52840 Product Specification: 1 MB flash at 0x0, 256 KB
@@ -146,20 +134,8 @@ pub const BOARDS: &[Board] = &[
         name: "nrf52840-dk",
         chip: "nRF52840, Cortex-M4F",
         regions: &[
-            Region {
-                name: "FLASH",
-                memory: Memory::Flash,
-                bytes: MIB,
-                holds: &[Part::Model, Part::Code],
-                what: "internal flash",
-            },
-            Region {
-                name: "RAM",
-                memory: Memory::Ram,
-                bytes: 256 * KIB,
-                holds: &[Part::Buffers, Part::Stack],
-                what: "internal RAM",
-            },
+            Region::flash(MIB, "internal flash"),
+            Region::ram(256 * KIB, "internal RAM"),
         ],
     },
     // ST NUCLEO-F446RE: STM32F446RE (datasheet DS10693: 512 KB flash at 0x0800_0000, 128 KB
@@ -169,20 +145,8 @@ pub const BOARDS: &[Board] = &[
         name: "nucleo-f446re",
         chip: "STM32F446RE, Cortex-M4F",
         regions: &[
-            Region {
-                name: "FLASH",
-                memory: Memory::Flash,
-                bytes: 512 * KIB,
-                holds: &[Part::Model, Part::Code],
-                what: "internal flash",
-            },
-            Region {
-                name: "RAM",
-                memory: Memory::Ram,
-                bytes: 128 * KIB,
-                holds: &[Part::Buffers, Part::Stack],
-                what: "SRAM1 + SRAM2",
-            },
+            Region::flash(512 * KIB, "internal flash"),
+            Region::ram(128 * KIB, "SRAM1 + SRAM2"),
         ],
     },
     // ST STM32F746G-DISCO: STM32F746NG (datasheet DS10916: 1 MB flash at 0x0800_0000, 320 KB
@@ -192,20 +156,8 @@ pub const BOARDS: &[Board] = &[
         name: "stm32f746g-disco",
         chip: "STM32F746NG, Cortex-M7",
         regions: &[
-            Region {
-                name: "FLASH",
-                memory: Memory::Flash,
-                bytes: MIB,
-                holds: &[Part::Model, Part::Code],
-                what: "internal flash",
-            },
-            Region {
-                name: "RAM",
-                memory: Memory::Ram,
-                bytes: 320 * KIB,
-                holds: &[Part::Buffers, Part::Stack],
-                what: "DTCM + SRAM1 + SRAM2",
-            },
+            Region::flash(MIB, "internal flash"),
+            Region::ram(320 * KIB, "DTCM + SRAM1 + SRAM2"),
         ],
     },
 ];
