@@ -8,6 +8,8 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
+mod amx;
+
 use super::{linear_impl, quantize_rows, reduce, Dots, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
 
 pub(super) fn has_avx512f() -> bool {
@@ -375,6 +377,55 @@ mod tests {
         }
     }
 
+    /// The AMX tile path (prefill, ≥ 8 tokens, blocks of 16 rows) must give the portable
+    /// kernel's bits: full and partial token tiles, rows beyond the last block of 16 (done by
+    /// VNNI), q8 and q4, rows wider than one block of 16 groups, bias and accumulate.
+    #[test]
+    fn amx_linear_is_bit_identical_to_portable() {
+        if !amx::available() {
+            std::eprintln!("no AMX here: test skipped");
+            return;
+        }
+        use crate::kernels::{quant_scratch_len, quantize_group_q4, quantize_group_q8};
+        let mut seed = 11u32;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((seed >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
+        };
+        for &(rows, cols) in &[(16usize, 128usize), (33, 768), (48, 640), (17, 3072), (32, 1152)] {
+            let mut w: std::vec::Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
+            w[5] = 10.0;
+            let bias: std::vec::Vec<f32> = (0..rows).map(|_| rnd()).collect();
+            let mut q8 = std::vec![0i8; rows * cols];
+            let s8: std::vec::Vec<f32> = w.chunks(32).zip(q8.chunks_mut(32)).map(|(a, q)| quantize_group_q8(a, q)).collect();
+            let mut q4 = std::vec![0u8; rows * cols / 2];
+            let s4: std::vec::Vec<f32> = w.chunks(32).zip(q4.chunks_mut(16)).map(|(a, q)| quantize_group_q4(a, q)).collect();
+            let m8 = Matrix { rows, cols, data: MatrixData::Q8 { values: &q8, scales: &s8, group: 32 } };
+            let m4 = Matrix { rows, cols, data: MatrixData::Q4 { packed: &q4, scales: &s4, group: 32 } };
+            for tokens in [8usize, 16, 21, 37] {
+                let mut x: std::vec::Vec<f32> = (0..tokens * cols).map(|_| rnd() * 3.0).collect();
+                x[3] = -50.0;
+                for m in [&m8, &m4] {
+                    let is_q4 = matches!(m.data, MatrixData::Q4 { .. });
+                    if is_q4 && cols % 128 != 0 {
+                        continue;
+                    }
+                    for accumulate in [false, true] {
+                        let mut scratch = std::vec![0.0f32; tokens * quant_scratch_len(cols, 32)];
+                        let mut fast = std::vec![0.5f32; tokens * rows];
+                        let mut slow = fast.clone();
+                        // SAFETY: VNNI is present (AMX implies it here).
+                        assert!(unsafe { linear_quant_vnni(&mut fast, &x, m, &bias, accumulate, &mut scratch) });
+                        linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, accumulate, &mut scratch);
+                        let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+                        let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} q4 {is_q4} accumulate {accumulate}");
+                    }
+                }
+            }
+        }
+    }
+
     /// The VNNI q8/q4 `linear` must give the portable kernel's bits for every shape it
     /// accepts: full and partial blocks of 16 groups, 1 to 9 tokens (token tiles and tails),
     /// extreme values, bias and accumulate.
@@ -470,10 +521,18 @@ pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias
     if scratch.len() < tokens * super::quant_scratch_len(cols, VNNI_GROUP) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
         return false;
     }
+    // prefill on AMX tiles where the CPU has them (16 rows × 16 tokens per tile product)
+    let tiles = tokens >= amx::MIN_TOKENS && cols <= amx::MAX_COLS && amx::available();
     let order = if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
     let QuantRows { q, scales: xs, sums } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
     if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
         return false;
+    }
+    if tiles {
+        let wt = amx::Weights { q4, data, scales, row_bytes, rows, cols };
+        // SAFETY: AMX is available; weights and activations were checked above.
+        unsafe { amx::linear(out, &wt, q, xs, tokens, bias, accumulate) };
+        return true;
     }
     let rq = RowQuant { q4, cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
     for o in 0..rows {
