@@ -436,6 +436,7 @@ fn store_out(out: &mut [f32], rows: usize, bias: &[f32], accumulate: bool, t: us
 
 /// Quantizes `tokens` rows of `x` (`cols` wide) into the scratch ([`quant_scratch_len`] per
 /// token). A short scratch yields short views (the kernels then stop early, never overrun).
+#[inline(always)]
 pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: usize, scratch: &'s mut [f32], order: QuantOrder) -> QuantRows<'s> {
     let group = group.max(1);
     let n_groups = tokens * (cols / group);
@@ -466,14 +467,27 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
 
 /// Symmetric int8 quantization of one group: `q = round(x / s)` with `s = max|x| / 127`.
 /// Returns `s` (0 for an all-zero group).
+#[inline]
 pub fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let s = amax / 127.0;
     let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = libm::roundf(v * inv).clamp(-127.0, 127.0) as i8;
+        *q = round_clamped(v * inv, 127.0) as i8;
     }
     s
+}
+
+/// `libm::roundf(y).clamp(-lim, lim)` as an integer (NaN gives 0), for `lim` ≤ 2²⁴, in
+/// operations the compiler can vectorise: clamp, truncate (`as`), then round half away from
+/// zero by the exact remainder `y − trunc(y)`. Equal to the libm form for every input (test
+/// `round_clamped_equals_libm_roundf`).
+#[inline(always)]
+fn round_clamped(y: f32, lim: f32) -> i32 {
+    let t = y.clamp(-lim, lim); // NaN stays NaN; `as` then gives 0, and so does the rest
+    let i = t as i32;
+    let frac = t - i as f32; // exact: t and its truncation share the exponent range
+    i + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
 }
 
 /// Symmetric 4-bit quantization of one group (values in -7..=7, `s = max|x| / 7`), packed two
@@ -482,7 +496,7 @@ pub fn quantize_group_q4(x: &[f32], packed: &mut [u8]) -> f32 {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let s = amax / 7.0;
     let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-    let q = |v: f32| (libm::roundf(v * inv).clamp(-7.0, 7.0) as i8 + 8) as u8;
+    let q = |v: f32| (round_clamped(v * inv, 7.0) + 8) as u8;
     for (p, pair) in packed.iter_mut().zip(x.chunks(2)) {
         let lo = pair.first().map_or(8, |&v| q(v));
         let hi = pair.get(1).map_or(8, |&v| q(v));
@@ -751,6 +765,33 @@ pub fn dot_f32_any(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The quantizers' rounding equals `libm::roundf(y).clamp(-lim, lim)` on every float in
+    /// ±300 (a stride through the bit patterns), at and beside every half-integer there, and
+    /// on ±0, ±inf, NaN and the extremes.
+    #[test]
+    fn round_clamped_equals_libm_roundf() {
+        let want = |y: f32, lim: f32| {
+            let r = libm::roundf(y).clamp(-lim, lim);
+            if r.is_nan() { 0 } else { r as i32 }
+        };
+        let mut ys = std::vec![0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45];
+        for k in -600..=600 {
+            let h = k as f32 * 0.5;
+            ys.extend([h, f32::from_bits(h.to_bits() + 1), f32::from_bits(h.to_bits().saturating_sub(1))]);
+        }
+        let mut b = 0u32;
+        while b < 300.0f32.to_bits() {
+            let y = f32::from_bits(b);
+            ys.extend([y, -y]);
+            b += 997;
+        }
+        for lim in [7.0f32, 127.0] {
+            for &y in &ys {
+                assert_eq!(round_clamped(y, lim), want(y, lim), "y = {y:e} ({:#x}), lim {lim}", y.to_bits());
+            }
+        }
+    }
     extern crate std;
     use std::vec::Vec;
 
