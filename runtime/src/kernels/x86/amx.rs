@@ -128,6 +128,7 @@ pub(super) unsafe fn linear(out: &mut [f32], w: &Weights<'_>, q: &[i8], xs: &[f3
     let mut wbuf = MaybeUninit::<[i8; TILE * MAX_COLS]>::uninit();
     let (acts, act_scales, wbuf) = (acts.as_mut_ptr().cast::<u32>(), act_scales.as_mut_ptr().cast::<f32>(), wbuf.as_mut_ptr().cast::<i8>());
     let tile_dwords = cols / 4 * TILE;
+    let mut sums: Sums = [[[[0; TILE]; TILE]; 4]; 2];
     let config = TileConfig::new();
     // SAFETY: a valid palette-1 configuration, 64 aligned bytes.
     unsafe { asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
@@ -168,7 +169,7 @@ pub(super) unsafe fn linear(out: &mut [f32], w: &Weights<'_>, q: &[i8], xs: &[f3
                 let nt = (tokens - t0).min(TILE);
                 // SAFETY: tiles configured; a holds 16 rows of gpr groups; tile i re-laid;
                 // rows < nr have scales.
-                let ys = unsafe { block(a, stride, ws, gpr, nr, acts.add(i * tile_dwords), act_scales.add(i * gpr * TILE)) };
+                let ys = unsafe { block(a, stride, ws, gpr, nr, acts.add(i * tile_dwords), act_scales.add(i * gpr * TILE), &mut sums) };
                 for n in 0..nt {
                     // store_out for 16 rows at once: token n's column of the block, + bias,
                     // then added to out or stored
@@ -189,18 +190,20 @@ pub(super) unsafe fn linear(out: &mut [f32], w: &Weights<'_>, q: &[i8], xs: &[f3
     unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }
 
+/// Group sums of two chunks of four groups: `[buffer][group of the chunk][row][token]`.
+type Sums = [[[[i32; TILE]; TILE]; 4]; 2];
+
 /// 16 rows × 16 tokens: `[row][token]` results (before bias), each bit-identical to
 /// `combine_groups` over its group sums. Rows `nr..` are not computed (zero).
 ///
 /// # Safety
 /// Tiles configured by [`TileConfig`]; `a` readable as 16 rows of `32 · gpr` int8 `stride`
 /// apart; `ws` holds `nr` rows × `gpr` scales; `acts`/`act_scales` one tile as
-/// [`pack_tokens`] wrote it.
+/// [`pack_tokens`] wrote it. `sums` is scratch.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn block(a: *const i8, stride: usize, ws: *const f32, gpr: usize, nr: usize, acts: *const u32, act_scales: *const f32) -> [[f32; TILE]; TILE] {
-    // sums[b][j][m]: buffer b, group g + j of its chunk, row m, 16 tokens
-    let mut sums = [[[[0i32; TILE]; TILE]; 4]; 2];
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(a: *const i8, stride: usize, ws: *const f32, gpr: usize, nr: usize, acts: *const u32, act_scales: *const f32, sums: &mut Sums) -> [[f32; TILE]; TILE] {
     // lanes[l][m]: lane l of row m, a vector over the 16 tokens
     let mut lanes = [[_mm512_setzero_ps(); TILE]; 16];
     // chunks of four groups (then single groups): the tile products of chunk k + 1 are
