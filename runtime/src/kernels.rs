@@ -469,13 +469,28 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
 /// Returns `s` (0 for an all-zero group).
 #[inline]
 pub fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let amax = abs_max(x);
     let s = amax / 127.0;
     let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
     for (q, &v) in q.iter_mut().zip(x) {
         *q = round_clamped(v * inv, 127.0) as i8;
     }
     s
+}
+
+/// max |x| (0 for an empty slice; NaNs are skipped, as `f32::max` does). Sixteen running
+/// maxima, then their maximum: max is exact and order-free, so this equals the sequential fold
+/// and the compiler can vectorise it.
+#[inline(always)]
+fn abs_max(x: &[f32]) -> f32 {
+    let (chunks, rest) = x.as_chunks::<LANES>();
+    let mut m = [0.0f32; LANES];
+    for c in chunks {
+        for (m, v) in m.iter_mut().zip(c) {
+            *m = m.max(v.abs());
+        }
+    }
+    rest.iter().chain(&m).fold(0.0f32, |a, v| a.max(v.abs()))
 }
 
 /// `libm::roundf(y).clamp(-lim, lim)` as an integer (NaN gives 0), for `lim` ≤ 2²⁴, in
@@ -493,7 +508,7 @@ fn round_clamped(y: f32, lim: f32) -> i32 {
 /// Symmetric 4-bit quantization of one group (values in -7..=7, `s = max|x| / 7`), packed two
 /// per byte, low nibble first, each stored as `q + 8`. Returns `s`.
 pub fn quantize_group_q4(x: &[f32], packed: &mut [u8]) -> f32 {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let amax = abs_max(x);
     let s = amax / 7.0;
     let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
     let q = |v: f32| (round_clamped(v * inv, 7.0) + 8) as u8;
@@ -765,6 +780,19 @@ pub fn dot_f32_any(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn abs_max_equals_the_sequential_fold() {
+        let mut x: std::vec::Vec<f32> = (0..100).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        x[17] = f32::NAN;
+        x[90] = -13.5;
+        for n in [0usize, 1, 15, 16, 17, 32, 100] {
+            let want = x[..n].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert_eq!(abs_max(&x[..n]).to_bits(), want.to_bits(), "n {n}");
+        }
+        assert_eq!(abs_max(&[f32::NAN; 20]), 0.0);
+        assert_eq!(abs_max(&[f32::NEG_INFINITY, 1.0]), f32::INFINITY);
+    }
 
     /// The quantizers' rounding equals `libm::roundf(y).clamp(-lim, lim)` on every float in
     /// ±300 (a stride through the bit patterns), at and beside every half-integer there, and
