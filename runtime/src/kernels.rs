@@ -685,8 +685,8 @@ pub fn activate(x: &mut [f32], act: crate::config::Activation) {
 }
 
 /// Softmax in place (max-subtracted for stability) — PyTorch `softmax(dim=-1)`. The exponentials
-/// are [`math::exp`]; they are summed in [`LANES`] lanes and then the fixed tree of
-/// [`dot_f32`], so the loops vectorise and the sum is the same on every target.
+/// are [`math::exp`]; they are summed in 16 lanes and then the fixed tree of [`dot_f32`], so
+/// the loops vectorise and the sum is the same on every target.
 pub fn softmax(x: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
