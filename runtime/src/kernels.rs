@@ -123,6 +123,8 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod x86;
 
+pub mod math;
+
 /// Runs independent tasks, possibly on several threads: the desktop emulator's `--threads`
 /// (boards have none, and everything runs on the calling thread).
 pub trait Parallel: Sync {
@@ -688,11 +690,11 @@ pub fn layer_norm(out: &mut [f32], x: &[f32], weight: &[f32], bias: &[f32], eps:
 }
 
 /// GELU, tanh approximation (HF `gelu_new`, `gelu_pytorch_tanh`):
-/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). Computed as x / (1 + e^(−2u)) by
+/// [`math::gelu_tanh`] (the method and its error are documented there).
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)))
+    math::gelu_tanh(x)
 }
 
 /// GELU, exact (HF `gelu`, PyTorch `F.gelu`): 0.5·x·(1 + erf(x/√2)).
@@ -705,24 +707,53 @@ pub fn gelu_erf(x: f32) -> f32 {
 pub fn activate(x: &mut [f32], act: crate::config::Activation) {
     use crate::config::Activation::*;
     match act {
-        GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+        GeluTanh => math::gelu_tanh_slice(x),
         GeluErf => x.iter_mut().for_each(|v| *v = gelu_erf(*v)),
         Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
     }
 }
 
-/// Softmax in place (max-subtracted for stability) — PyTorch `softmax(dim=-1)`.
+/// Softmax in place (max-subtracted for stability) — PyTorch `softmax(dim=-1)`. The exponentials
+/// are [`math::exp`]; they are summed in 16 lanes and then the fixed tree of [`dot_f32`], so
+/// the loops vectorise and the sum is the same on every target.
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = libm::expf(*v - max);
-        sum += *v;
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        if let Some(d) = x86::Avx512::detect() {
+            return d.softmax(x);
+        }
+        if let Some(d) = x86::Avx2::detect() {
+            return d.softmax(x);
+        }
     }
+    softmax_portable(x);
+}
+
+#[inline(always)]
+fn softmax_portable(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    x.iter_mut().for_each(|v| *v = math::exp(*v - max));
+    let sum = sum_f32(x);
     if sum > 0.0 {
         let inv = 1.0 / sum;
         x.iter_mut().for_each(|v| *v *= inv);
     }
+}
+
+/// Sum in [`LANES`] lanes (lane i adds elements i, i+16, …), then the fixed tree of [`reduce`].
+#[inline(always)]
+fn sum_f32(x: &[f32]) -> f32 {
+    let (chunks, rest) = x.as_chunks::<LANES>();
+    let mut acc = [0.0f32; LANES];
+    for c in chunks {
+        for (s, &v) in acc.iter_mut().zip(c) {
+            *s += v;
+        }
+    }
+    for (s, &v) in acc.iter_mut().zip(rest) {
+        *s += v;
+    }
+    reduce(acc)
 }
 
 /// Causal attention of one query head over positions `0..S` (S = the query's position + 1, so

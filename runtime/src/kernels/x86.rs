@@ -28,6 +28,18 @@ impl Avx2 {
         // SAFETY: an Avx2 exists only when the CPU has AVX2.
         unsafe { linear_avx2(self, out, x, w, bias, acc, scratch) }
     }
+
+    /// [`super::math::gelu_tanh_slice`] (elementwise, so the same bits at any width).
+    pub(super) fn gelu_tanh_slice(&self, x: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { gelu_tanh_slice_avx2(x) }
+    }
+
+    /// [`super::softmax`] (elementwise exp, the portable 16-lane sum).
+    pub(super) fn softmax(&self, x: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { softmax_avx2(x) }
+    }
 }
 
 /// Proof that the CPU has AVX-512F and AVX-512BW: made only by [`Avx512::detect`].
@@ -48,11 +60,45 @@ impl Avx512 {
         // SAFETY: as above.
         unsafe { axpy_avx512(out, p, v) }
     }
+
+    /// [`super::math::gelu_tanh_slice`] (elementwise, so the same bits at any width).
+    pub(super) fn gelu_tanh_slice(&self, x: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { gelu_tanh_slice_avx512(x) }
+    }
+
+    /// [`super::softmax`] (elementwise exp, the portable 16-lane sum).
+    pub(super) fn softmax(&self, x: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { softmax_avx512(x) }
+    }
 }
 
 #[target_feature(enable = "avx512f")]
 fn axpy_avx512(out: &mut [f32], p: f32, v: &[f32]) {
     super::axpy_portable(out, p, v)
+}
+
+// The elementwise math (`kernels/math.rs`) and softmax: the portable code, inlined into builds
+// that may use wider registers. Only basic IEEE operations, no FMA: the same bits.
+#[target_feature(enable = "avx512f")]
+fn gelu_tanh_slice_avx512(x: &mut [f32]) {
+    super::math::gelu_tanh_slice_portable(x)
+}
+
+#[target_feature(enable = "avx512f")]
+fn softmax_avx512(x: &mut [f32]) {
+    super::softmax_portable(x)
+}
+
+#[target_feature(enable = "avx2")]
+fn gelu_tanh_slice_avx2(x: &mut [f32]) {
+    super::math::gelu_tanh_slice_portable(x)
+}
+
+#[target_feature(enable = "avx2")]
+fn softmax_avx2(x: &mut [f32]) {
+    super::softmax_portable(x)
 }
 
 #[target_feature(enable = "avx2")]
@@ -421,6 +467,60 @@ mod tests {
                         let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
                         assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} q4 {is_q4} accumulate {accumulate}");
                     }
+                }
+            }
+        }
+    }
+
+    /// GELU-tanh and softmax (`kernels/math.rs`'s exp) in their AVX2 and AVX-512 builds must give
+    /// the portable code's bits: a sweep of f32 bit patterns (all magnitudes, ±0, subnormals,
+    /// ±∞, NaN) and score rows of every length up to 1100 (vector bodies and remainders, exp
+    /// underflowing to subnormals and 0).
+    #[test]
+    fn simd_math_is_bit_identical_to_portable() {
+        use std::vec::Vec;
+        let bits = |v: &[f32]| v.iter().copied().map(super::super::math::tests::bits_nan_as_one).collect::<Vec<u32>>();
+        let (avx2, avx512) = (Avx2::detect(), Avx512::detect());
+        let mut x: Vec<f32> = super::super::math::tests::sweep(0, u32::MAX, 65_521).collect();
+        x.extend([0.0, -0.0, 1e-45, -1e-45, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN]);
+        let n = if cfg!(miri) { 200 } else { 20_000 };
+        x.extend((0..n).map(|i| (i as f32 / n as f32 - 0.5) * 20.0)); // the range GELU sees
+        let mut want = x.clone();
+        super::super::math::gelu_tanh_slice_portable(&mut want);
+        if let Some(d) = &avx2 {
+            let mut got = x.clone();
+            d.gelu_tanh_slice(&mut got);
+            assert_eq!(bits(&got), bits(&want), "gelu_tanh avx2");
+        }
+        if let Some(d) = &avx512 {
+            let mut got = x.clone();
+            d.gelu_tanh_slice(&mut got);
+            assert_eq!(bits(&got), bits(&want), "gelu_tanh avx512");
+        }
+        let mut seed = 11u32;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32
+        };
+        let long: &[usize] = if cfg!(miri) { &[63, 64, 65] } else { &[63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 1023, 1024, 1100] };
+        for len in (0..=40).chain(long.iter().copied()) {
+            // scores spread over 0..30 and over 0..300 (exps down to subnormal and zero)
+            for spread in [30.0f32, 300.0] {
+                let mut row: Vec<f32> = (0..len).map(|_| (rnd() - 0.9) * spread).collect();
+                if let Some(v) = row.get_mut(len / 2) {
+                    *v = f32::NEG_INFINITY;
+                }
+                let mut want = row.clone();
+                super::super::softmax_portable(&mut want);
+                if let Some(d) = &avx2 {
+                    let mut got = row.clone();
+                    d.softmax(&mut got);
+                    assert_eq!(bits(&got), bits(&want), "softmax avx2 len {len} spread {spread}");
+                }
+                if let Some(d) = &avx512 {
+                    let mut got = row.clone();
+                    d.softmax(&mut got);
+                    assert_eq!(bits(&got), bits(&want), "softmax avx512 len {len} spread {spread}");
                 }
             }
         }
