@@ -469,7 +469,7 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
 
 /// Symmetric int8 quantization of one group: `q = round(x / s)` with `s = max|x| / 127`.
 /// Returns `s` (0 for an all-zero group).
-#[inline]
+#[inline(always)]
 pub fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = abs_max(x);
     let s = amax / 127.0;
