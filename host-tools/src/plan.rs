@@ -124,7 +124,7 @@ pub struct RunState {
     pub sizes: SessionSizes,
     /// Bytes of the arena's residual, normed and qkv/MLP rows (the arena minus the three below).
     pub activations: u64,
-    /// Bytes of the arena's int8 copy of an activation row (`kernels::quant_scratch_len`).
+    /// Bytes of the arena's quantized copy of an activation row (`kernels::quant_scratch_len`).
     pub quant_scratch: u64,
     /// Bytes of the arena's attention scores (one f32 per cached position).
     pub scores: u64,
@@ -361,7 +361,7 @@ impl Plan {
                         Part::Buffers => {
                             row(&mut s, 4, &format!("arena (f32, batch {})", r.sizes.batch), r.arena());
                             row(&mut s, 6, "activations (x, xn, qkv/MLP row)", r.activations);
-                            row(&mut s, 6, "quant scratch (int8 activation row)", r.quant_scratch);
+                            row(&mut s, 6, "quant scratch (quantized activation row)", r.quant_scratch);
                             row(&mut s, 6, "attention scores", r.scores);
                             row(&mut s, 6, "logits", r.logits);
                             row(&mut s, 4, &format!("KV cache ({}, {} positions)", self.kv_dtype.name(), self.ctx), r.kv());

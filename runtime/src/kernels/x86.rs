@@ -471,7 +471,7 @@ pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias
         return false;
     }
     let order = if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
-    let QuantRows { q, scales: xs, sums } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
+    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
     if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
         return false;
     }
