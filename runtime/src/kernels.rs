@@ -12,7 +12,8 @@ use half::f16;
 
 use crate::model::{Matrix, MatrixData};
 
-/// Cortex-M builds of [`dot_i8`] and [`dot_q4_group`] (cargo features `arm-dsp`, `arm-helium`).
+/// Cortex-M builds of [`dot_i8`] and [`dot_q4_group`], and whole q8 rows for [`linear`] (cargo
+/// features `arm-dsp`, `arm-helium`).
 #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
 mod arm;
 
@@ -87,10 +88,19 @@ pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// f32 elements of scratch [`linear`] needs per token to quantize a `cols`-wide activation
-/// row for int8 weights: the int8 values packed four per f32 slot, then per group one scale
-/// (f32) and one sum of the int8 values (i32, used by SIMD kernels that work on unsigned bytes).
+/// row for int8 weights, the largest of its layouts (`QuantOrder`):
+/// - int8 values packed four per f32 slot, then per group one scale (f32) and one sum of the
+///   int8 values (i32, used by SIMD kernels that work on unsigned bytes): `cols/4 + 2·groups`;
+/// - the Cortex-M DSP row kernels' (`QuantOrder::Pairs16`, `Nibbles16`): the values widened
+///   to int16, two per slot, for q4 with one more word per group, then the scales:
+///   `cols/2 + 2·groups`.
+///
+/// One size for every target: the board build scripts and `host-tools plan` size a board's
+/// arena on the host, so this cannot depend on the kernels a build has. For groups of 8
+/// ([`crate::model::MIN_GROUP`], what sessions size for) that is `3·cols/4`.
 pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
-    cols.div_ceil(4).saturating_add((cols / if group == 0 { 1 } else { group }).saturating_mul(2))
+    let groups = cols / if group == 0 { 1 } else { group };
+    cols.div_ceil(4).saturating_mul(2).saturating_add(groups.saturating_mul(2))
 }
 
 /// `out[t, o] (+)= W[o, :] · x[t, :] + bias[o]` for every token t — PyTorch `F.linear`
@@ -104,6 +114,12 @@ pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
 /// group size (into `scratch`, [`quant_scratch_len`] per token); the dot products then run in
 /// i32 with one float multiply per group.
 pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
+    // Cortex-M: whole q8 rows in assembly (kernels/arm.rs); shapes it does not take fall
+    // through to the portable loop below, whose group dots are the Arm ones too.
+    #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
+    if arm::linear_quant(out, x, w, bias, accumulate, scratch) {
+        return;
+    }
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
         // SAFETY: the CPU supports AVX-512F/BW and VNNI (checked at run time).
@@ -319,6 +335,11 @@ pub(crate) struct QuantRows<'s> {
     /// weights to unsigned bytes; one add per value to keep).
     #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
     pub sums: &'s [i32],
+    /// [`QuantOrder::Pairs16`] and [`QuantOrder::Nibbles16`] only (then `q` and `sums` are
+    /// empty): the values as int16 pairs, `[T, cols/2]` words (`[T, cols/2 + groups]` for
+    /// `Nibbles16`).
+    #[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+    pub pairs: &'s [u32],
 }
 
 /// Order of the int8 activation values [`quantize_rows`] writes.
@@ -331,6 +352,26 @@ pub(crate) enum QuantOrder {
     /// then the 64 odd-position ones. Needs `cols % 128 == 0`.
     #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
     Q4Pairs,
+    /// For the Cortex-M DSP row kernels (`SXTB16` + `SMLAD`): the values widened to int16, each
+    /// four `q0 q1 q2 q3` as the two words `q0 | q2 << 16` and `q1 | q3 << 16` (the halves
+    /// `SXTB16` and `SXTB16 ROR #8` make of four int8 weights), in [`QuantRows::pairs`]; no
+    /// sums. Twice the room of the int8 values ([`quant_scratch_len`] covers it). Needs
+    /// `cols % 4 == 0`.
+    #[cfg_attr(not(any(test, all(target_arch = "arm", feature = "arm-dsp", not(feature = "arm-helium")))), allow(dead_code))]
+    Pairs16,
+    /// For the Cortex-M DSP q4 row kernel, which multiplies the weights' nibbles masked in
+    /// place (unsigned, stored + 8, each in a half at bit 0, 4, 8 or 12) instead of widening
+    /// them: per group, a start value `-2048·Σx` (the + 8 of the 256-times-scaled sum taken
+    /// off), then per 8 values `x0..x7` the words `256·x0 | 256·x4 << 16`, `16·x1 | 16·x5 << 16`,
+    /// `x2 | x6 << 16`, `x3 | x7 << 16` (the nibbles masked with 0x000F000F, 0x00F000F0,
+    /// 0x0F000F00 and, shifted right by 4, 0x0F000F00), and for a 4-value tail
+    /// `256·x0 | 16·x1 << 16`, `x2 | x3 << 16`. Groups of 8k + 4 values take 4k + 2 bytes of
+    /// weights, so every other group starts half a word off: their tail is last in the even
+    /// groups of a row and first in the odd ones. In [`QuantRows::pairs`], `1 + group/2` words
+    /// a group; no sums. Needs `group % 4 == 0`, `group ≤ 64` and, for the group order, rows of
+    /// a multiple of 8 values.
+    #[cfg_attr(not(any(test, all(target_arch = "arm", feature = "arm-dsp", not(feature = "arm-helium")))), allow(dead_code))]
+    Nibbles16,
 }
 
 /// A dense (f32 or f16) weight matrix `[rows, cols]` against `tokens` activation rows.
@@ -442,15 +483,30 @@ fn store_out(out: &mut [f32], rows: usize, bias: &[f32], accumulate: bool, t: us
 pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: usize, scratch: &'s mut [f32], order: QuantOrder) -> QuantRows<'s> {
     let group = group.max(1);
     let n_groups = tokens * (cols / group);
-    let q_slots = (tokens * cols).div_ceil(4);
+    let int8_slots = (tokens * cols).div_ceil(4);
+    let (q_slots, with_sums) = match order {
+        QuantOrder::Natural | QuantOrder::Q4Pairs => (int8_slots, true),
+        QuantOrder::Pairs16 => (2 * int8_slots, false),
+        QuantOrder::Nibbles16 => (2 * int8_slots + n_groups, false),
+    };
     let (qs, rest) = scratch.split_at_mut(q_slots.min(scratch.len()));
     let (scales, rest) = rest.split_at_mut(n_groups.min(rest.len()));
-    let sums: &mut [i32] = bytemuck::cast_slice_mut(rest.get_mut(..n_groups).unwrap_or(&mut []));
+    let sums: &mut [i32] = if with_sums { bytemuck::cast_slice_mut(rest.get_mut(..n_groups).unwrap_or(&mut [])) } else { &mut [] };
     let q: &mut [i8] = bytemuck::cast_slice_mut(qs);
     let x = x.get(..tokens * cols).unwrap_or(x);
-    for (((xg, qg), s), sum) in x.chunks_exact(group).zip(q.chunks_exact_mut(group)).zip(scales.iter_mut()).zip(sums.iter_mut()) {
+    for (g, ((xg, qg), s)) in x.chunks_exact(group).zip(q.chunks_exact_mut(group)).zip(scales.iter_mut()).enumerate() {
         *s = quantize_group_q8(xg, qg);
-        *sum = qg.iter().map(|&v| v as i32).sum();
+        if let Some(sum) = sums.get_mut(g) {
+            *sum = qg.iter().map(|&v| v as i32).sum();
+        }
+    }
+    if !with_sums {
+        // The int8 values fill the start of the region; re-lay them in place from the end
+        // (i8 → u32 cannot fail: the bytes are f32 slots).
+        let words: &mut [u32] = bytemuck::try_cast_slice_mut(q).unwrap_or(&mut []);
+        let n = if order == QuantOrder::Pairs16 { widen_pairs16(words, tokens * cols / 4) } else { widen_nibbles16(words, group, n_groups, cols / group) };
+        let pairs: &[u32] = words.get(..n).unwrap_or(&[]);
+        return QuantRows { q: &[], scales, sums: &[], pairs };
     }
     if order == QuantOrder::Q4Pairs {
         for block in q.as_chunks_mut::<128>().0 {
@@ -464,7 +520,75 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
             }
         }
     }
-    QuantRows { q, scales, sums }
+    QuantRows { q, scales, sums, pairs: &[] }
+}
+
+/// `x` as an int16 half: the low 16 bits of a word.
+fn half(x: i32) -> u32 {
+    x as i16 as u16 as u32
+}
+
+/// [`QuantOrder::Pairs16`] in place: the first `n` words hold int8 values, word i becomes
+/// words 2i and 2i+1 (from the end, so never ahead of a word still to be read). Returns the
+/// words written.
+fn widen_pairs16(words: &mut [u32], n: usize) -> usize {
+    let n = n.min(words.len() / 2);
+    for i in (0..n).rev() {
+        let b = words.get(i).copied().unwrap_or(0).to_ne_bytes().map(|v| v as i8 as i32);
+        if let Some([lo, hi]) = words.get_mut(2 * i..2 * i + 2) {
+            (*lo, *hi) = (half(b[0]) | half(b[2]) << 16, half(b[1]) | half(b[3]) << 16);
+        }
+    }
+    2 * n
+}
+
+/// [`QuantOrder::Nibbles16`] in place: the words hold `n_groups` groups of `group` int8 values
+/// (`gpr` groups a token); each becomes `1 + group/2` words, from the last group down (each
+/// group's values are copied out first; group g's words start at g·(1 + group/2) ≥ the start
+/// of its values, g·group/4 words, so no later group's values are overwritten). Returns the
+/// words written; 0 for groups that are not a multiple of 4 or longer than 64.
+fn widen_nibbles16(words: &mut [u32], group: usize, n_groups: usize, gpr: usize) -> usize {
+    let per = 1 + group / 2;
+    if !group.is_multiple_of(4) || group > 64 || n_groups * per > words.len() {
+        return 0;
+    }
+    let pair = |lo: i32, hi: i32| half(lo) | half(hi) << 16;
+    let (mut v, mut w) = ([0i32; 64], [0u32; 33]);
+    for g in (0..n_groups).rev() {
+        let bytes: &[u8] = bytemuck::cast_slice(words.get(g * group / 4..(g + 1) * group / 4).unwrap_or(&[]));
+        for (d, &b) in v.iter_mut().zip(bytes) {
+            *d = b as i8 as i32;
+        }
+        // a 4-value tail (groups of 8k + 4) comes first in the odd groups of a row
+        let head = if group % 8 == 4 && (g % gpr.max(1)) % 2 == 1 { 4 } else { 0 };
+        let mut n = 0;
+        let mut put = |x: u32| {
+            if let Some(d) = w.get_mut(n) {
+                *d = x;
+            }
+            n += 1;
+        };
+        put((-2048 * v.iter().take(group).sum::<i32>()) as u32);
+        let mut i = 0;
+        while i < group {
+            let at = |k: usize| v.get(i + k).copied().unwrap_or(0);
+            if (i == 0 && head == 4) || group - i == 4 {
+                put(pair(256 * at(0), 16 * at(1)));
+                put(pair(at(2), at(3)));
+                i += 4;
+            } else {
+                put(pair(256 * at(0), 256 * at(4)));
+                put(pair(16 * at(1), 16 * at(5)));
+                put(pair(at(2), at(6)));
+                put(pair(at(3), at(7)));
+                i += 8;
+            }
+        }
+        if let (Some(out), Some(src)) = (words.get_mut(g * per..(g + 1) * per), w.get(..per)) {
+            out.copy_from_slice(src);
+        }
+    }
+    n_groups * per
 }
 
 /// Symmetric int8 quantization of one group: `q = round(x / s)` with `s = max|x| / 127`.
@@ -917,6 +1041,95 @@ mod tests {
             let mut w4 = std::vec![0u8; n / 2];
             let ws4: Vec<f32> = w.chunks(g).zip(w4.chunks_mut(g / 2)).map(|(a, q)| quantize_group_q4(a, q)).collect();
             assert_eq!(dot_q4(&w4, &ws4, &xq, &xs, g).to_bits(), dot_q4_ref(&w4, &ws4, &xq, &xs, g).to_bits(), "q4 n={n} g={g}");
+        }
+    }
+
+    /// The int16 layout of the Cortex-M DSP row kernels holds the same values as the int8 one,
+    /// paired as `SXTB16` / `SXTB16 ROR #8` pair the bytes of a weight word, with the same
+    /// scales after them, and fits in `quant_scratch_len` per token.
+    #[test]
+    fn pairs16_layout_widens_the_int8_values() {
+        for (cols, g, tokens) in [(112usize, 28usize, 1usize), (448, 32, 1), (64, 8, 3), (96, 12, 2)] {
+            let x = pseudo(tokens * cols, cols as u32);
+            let mut a = std::vec![0.0f32; tokens * quant_scratch_len(cols, g)];
+            let mut b = a.clone();
+            let n = quantize_rows(&x, cols, g, tokens, &mut a, QuantOrder::Natural);
+            let w = quantize_rows(&x, cols, g, tokens, &mut b, QuantOrder::Pairs16);
+            assert_eq!(w.pairs.len(), tokens * cols / 2);
+            assert_eq!(n.scales, w.scales);
+            assert!(w.q.is_empty() && w.sums.is_empty());
+            for (i, q4) in n.q.chunks_exact(4).enumerate() {
+                let h = |v: i8| v as i16 as u16 as u32;
+                assert_eq!(w.pairs[2 * i], h(q4[0]) | h(q4[2]) << 16, "cols {cols} word {i}");
+                assert_eq!(w.pairs[2 * i + 1], h(q4[1]) | h(q4[3]) << 16, "cols {cols} word {i}");
+            }
+            assert!(tokens * (cols / 2 + cols / g) <= tokens * quant_scratch_len(cols, g));
+        }
+    }
+
+    /// Σ (a · b) over the two int16 halves of two words (SMLAD's two products).
+    fn smlad(a: u32, b: u32) -> i32 {
+        let h = |w: u32, k: u32| (w >> (16 * k)) as u16 as i16 as i32;
+        h(a, 0) * h(b, 0) + h(a, 1) * h(b, 1)
+    }
+
+    /// The q4 layout of the Cortex-M DSP row kernel, used as its assembly uses it (the nibble
+    /// masks, SMLAD and SMLABB/SMLABT, the start value, ASR #8), gives every group's exact sum
+    /// Σ (nibble - 8)·x; and fits in `quant_scratch_len` per token.
+    #[test]
+    fn nibbles16_layout_gives_the_q4_group_sums() {
+        for (cols, g, tokens) in [(112usize, 28usize, 1usize), (448, 32, 2), (56, 28, 3), (96, 12, 1), (64, 8, 2), (128, 64, 1)] {
+            let (gpr, rows) = (cols / g, 3);
+            let x = pseudo(tokens * cols, 5 + cols as u32);
+            let mut packed = std::vec![0u8; rows * cols / 2];
+            let w = pseudo(rows * cols, 9);
+            for (wg, pg) in w.chunks(g).zip(packed.chunks_mut(g / 2)) {
+                quantize_group_q4(wg, pg);
+            }
+            packed[0] = 0x0F; // the extreme nibbles too: -8 and 7
+            packed[1] = 0xF0;
+            let mut a = std::vec![0.0f32; tokens * quant_scratch_len(cols, g)];
+            let mut b = a.clone();
+            let n = quantize_rows(&x, cols, g, tokens, &mut a, QuantOrder::Natural);
+            let l = quantize_rows(&x, cols, g, tokens, &mut b, QuantOrder::Nibbles16);
+            assert_eq!(l.pairs.len(), tokens * (cols / 2 + gpr));
+            assert_eq!(n.scales, l.scales);
+            for t in 0..tokens {
+                for r in 0..rows {
+                    let row = &packed[r * cols / 2..(r + 1) * cols / 2];
+                    let mut words = l.pairs[t * (cols / 2 + gpr)..].iter().copied();
+                    for k in 0..gpr {
+                        let want = dot_q4_group(&row[k * g / 2..(k + 1) * g / 2], &n.q[t * cols + k * g..t * cols + (k + 1) * g]);
+                        let mut wb = &row[k * g / 2..(k + 1) * g / 2];
+                        let mut acc = words.next().unwrap() as i32;
+                        let tail = |wb: &mut &[u8], acc: &mut i32, words: &mut dyn Iterator<Item = u32>| {
+                            let h = u16::from_le_bytes([wb[0], wb[1]]) as u32;
+                            *wb = &wb[2..];
+                            let (x01, x23) = (words.next().unwrap(), words.next().unwrap());
+                            let lo = |w: u32| w as u16 as i16 as i32;
+                            let hi = |w: u32| (w >> 16) as u16 as i16 as i32;
+                            *acc += lo(h & 0x000F000F) * lo(x01) + lo(h & 0x00F000F0) * hi(x01);
+                            *acc += lo(h & 0x0F000F00) * lo(x23) + lo((h >> 4) & 0x0F000F00) * hi(x23);
+                        };
+                        if g % 8 == 4 && k % 2 == 1 {
+                            tail(&mut wb, &mut acc, &mut words);
+                        }
+                        while wb.len() >= 4 {
+                            let q = u32::from_le_bytes([wb[0], wb[1], wb[2], wb[3]]);
+                            wb = &wb[4..];
+                            for m in [q & 0x000F000F, q & 0x00F000F0, q & 0x0F000F00, (q >> 4) & 0x0F000F00] {
+                                acc += smlad(m, words.next().unwrap());
+                            }
+                        }
+                        if wb.len() == 2 {
+                            tail(&mut wb, &mut acc, &mut words);
+                        }
+                        assert_eq!(acc >> 8, want, "cols {cols} group {g} token {t} row {r} group {k}");
+                        assert_eq!(acc & 255, 0);
+                    }
+                }
+            }
+            assert!(tokens * (cols / 2 + 2 * gpr) <= tokens * quant_scratch_len(cols, g));
         }
     }
 

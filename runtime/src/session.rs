@@ -4,7 +4,9 @@
 //! ```text
 //! arena (f32): x [B, C] | xn [B, C] | work [B, max(3C, I)] | xq [B, Q] | scores [capacity] | logits [V]
 //! kv         : (n_layer, 2, capacity, C) as f32, f16 or int8 (+ scales)   B = tokens per batch
-//! Q = f32 slots to hold one int8-quantized activation row of max(C, I) (used by q8/q4 weights)
+//! Q = f32 slots to hold one quantized activation row of max(C, I) for q8/q4 weights
+//!     (`kernels::quant_scratch_len`: int8 values and group scales, or the Cortex-M DSP row
+//!     kernels' int16 layout)
 //! ```
 //! Sizes come from [`SessionSizes`], a `const fn` of the config, so a board can size its
 //! `static` buffers at compile time.
@@ -32,7 +34,7 @@ pub struct SessionSizes {
 
 impl SessionSizes {
     /// f32 elements of arena per token of batch: x, xn, the shared qkv/MLP work row, and the
-    /// int8 copy of an activation row for quantized weights.
+    /// quantized copy of an activation row for quantized weights.
     pub const fn per_token(config: &Config) -> usize {
         let c = config.n_embd as usize;
         let i = config.n_inner as usize;

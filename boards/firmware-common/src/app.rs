@@ -110,6 +110,18 @@ fn generate_and_report<P: Platform>(
             P::exit(false)
         }
     }
+    // `linear` (on these builds q8 rows run whole in assembly) on random shapes, in the KV
+    // cache's memory before the session takes it.
+    match kernels::linear_check(kv) {
+        Ok(outputs) => {
+            let _ = writeln!(err, "linear self-check: {outputs} q8/q4 outputs equal the naive references");
+        }
+        Err(m) => {
+            let _ = writeln!(err, "error: linear self-check ({}): {m}", kernels::KERNELS);
+            err.flush();
+            P::exit(false)
+        }
+    }
 
     // Validate the whole blob once, CRC-32 included (the build script already did the same on
     // the host; this catches flash that differs from what was built).
@@ -280,7 +292,7 @@ fn generate_and_report<P: Platform>(
         );
         if let Some(dots) = t.dots_ticks {
             let centi = per_mac(dots);
-            let _ = write!(err, "; its group dots alone {} ({}.{:02})", clock.count(dots), centi / 100, centi % 100);
+            let _ = write!(err, "; group by group with the group kernels {} ({}.{:02})", clock.count(dots), centi / 100, centi % 100);
         }
         let _ = writeln!(err);
     }

@@ -12,10 +12,22 @@
 //! - starts at every offset modulo 4 (the aligned fast paths and the portable fallback) and
 //!   inputs of different lengths (processed up to the shorter, as the portable code does).
 //!
+//! `linear` on q8 and q4 weights runs whole rows in assembly on these builds (the group dots,
+//! their float combination and the lane tree; `runtime/src/kernels/arm.rs`), with other group
+//! sizes and shapes falling back to the portable row loop and the kernels above.
+//! [`linear_check`] runs `linear` on random shapes (groups the row kernels take and groups they
+//! leave to the fallback, 1 to 40 groups a row so rows of more than 16 groups too, 1 to 3
+//! tokens, with and without bias and accumulation, misaligned weights) and requires its output
+//! bit for bit equal to a naive
+//! reference: the activations quantized with the runtime's `quantize_group_q8`, then per row
+//! `dot_q8_ref`, or for q4 [`dot_q4_naive`]'s group sums through `combine_groups` (the float
+//! order every build follows).
+//!
 //! [`time_linear`] measures one `runtime::kernels::linear` call on a model matrix in isolation
-//! (the decode-per-token figure also pays attention, LayerNorm and sampling).
+//! (the decode-per-token figure also pays attention, LayerNorm and sampling), and the group
+//! kernels above on the same matrix.
 
-use runtime::kernels::{dot_i8, dot_q4_group, linear, quant_scratch_len};
+use runtime::kernels::{combine_groups, dot_i8, dot_q4_group, dot_q8_ref, linear, quant_scratch_len, quantize_group_q8};
 use runtime::model::{Matrix, MatrixData};
 
 /// The integer-dot implementation this build runs (from the runtime features forwarded here).
@@ -115,6 +127,11 @@ fn fill(buf: &mut [u8], p: u32, seed: u32) {
     }
 }
 
+fn as_u8(b: &[i8]) -> &[u8] {
+    // SAFETY: as in `as_i8`.
+    unsafe { core::slice::from_raw_parts(b.as_ptr().cast::<u8>(), b.len()) }
+}
+
 fn as_i8(b: &[u8]) -> &[i8] {
     // SAFETY: i8 and u8 have the same size and alignment and every bit pattern is valid.
     unsafe { core::slice::from_raw_parts(b.as_ptr().cast::<i8>(), b.len()) }
@@ -157,22 +174,197 @@ pub fn self_check() -> Result<usize, Mismatch> {
     Ok(cases)
 }
 
-/// Ticks of one `linear` call and of its integer group dots alone.
+/// The first [`linear_check`] case where `linear` and the reference differ.
+#[derive(Debug, Clone, Copy)]
+pub struct LinearMismatch {
+    /// Case number (0-based; the shapes come from a fixed seed).
+    pub case: usize,
+    /// q4 weights (else q8).
+    pub q4: bool,
+    /// Weight rows, columns and group size.
+    pub shape: (usize, usize, usize),
+    /// Tokens in the call.
+    pub tokens: usize,
+    /// Byte offset of the weights from a 4-byte boundary.
+    pub offset: usize,
+    /// Token and row of the first differing output.
+    pub at: (usize, usize),
+    /// Bits of `linear`'s output and of the reference's.
+    pub got: u32,
+    /// Bits of the reference.
+    pub want: u32,
+}
+
+impl core::fmt::Display for LinearMismatch {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (rows, cols, group) = self.shape;
+        write!(
+            f,
+            "linear differs from its reference: case {}, {rows}x{cols} {} in groups of {group}, {} tokens, weights at offset {}: token {} row {}: {:#010x} vs {:#010x}",
+            self.case,
+            if self.q4 { "q4" } else { "q8" },
+            self.tokens,
+            self.offset,
+            self.at.0,
+            self.at.1,
+            self.got,
+            self.want
+        )
+    }
+}
+
+/// Group sizes for [`linear_check`]: the ones the row kernels take (28, 32) often, and others
+/// that go to the fallback.
+const CHECK_GROUPS: [usize; 12] = [28, 32, 28, 32, 28, 32, 8, 12, 16, 24, 36, 10];
+
+/// Random `linear` calls on q8 matrices against the naive reference (see the module notes),
+/// in `work` (the KV cache, before the session takes it: about 50 KB are used; cases that do
+/// not fit are skipped, and the buffer is zeroed again at the end). Returns the number of
+/// outputs compared, or the first mismatch. Not inlined (its stack frame is small either way).
+#[inline(never)]
+pub fn linear_check(work: &mut [f32]) -> Result<usize, LinearMismatch> {
+    const CASES: usize = 120;
+    let mut s = 0x2545_F491u32;
+    let mut compared = 0;
+    for case in 0..CASES {
+        let group = CHECK_GROUPS[next(&mut s) as usize % CHECK_GROUPS.len()];
+        // 1..=40 groups a row, at most 1024 columns; 1..=20 rows; 1..=3 tokens
+        let gpr = 1 + next(&mut s) as usize % 40.min(1024 / group);
+        let cols = gpr * group;
+        let rows = 1 + next(&mut s) as usize % 20;
+        let tokens = 1 + next(&mut s) as usize % 3;
+        let q4 = next(&mut s) % 2 == 1;
+        let row_bytes = if q4 { cols / 2 } else { cols };
+        // every 8th case the weights start 1-3 bytes past a word (the fallback takes those)
+        let offset = if case % 8 == 7 { 1 + next(&mut s) as usize % 3 } else { 0 };
+        let bias_len = [rows, 0, rows / 2][next(&mut s) as usize % 3];
+        let accumulate = next(&mut s) % 2 == 1;
+
+        // Carve the buffers out of `work`.
+        let w_slots = (offset + rows * row_bytes).div_ceil(4);
+        let lens = [w_slots, rows * gpr, tokens * cols, bias_len, tokens * rows, tokens * rows, tokens * quant_scratch_len(cols, group), (tokens * cols).div_ceil(4), tokens * gpr];
+        if lens.iter().sum::<usize>() > work.len() {
+            continue;
+        }
+        let (w_buf, rest) = work.split_at_mut(w_slots);
+        let (ws, rest) = rest.split_at_mut(rows * gpr);
+        let (x, rest) = rest.split_at_mut(tokens * cols);
+        let (bias, rest) = rest.split_at_mut(bias_len);
+        let (got, rest) = rest.split_at_mut(tokens * rows);
+        let (want, rest) = rest.split_at_mut(tokens * rows);
+        let (scratch, rest) = rest.split_at_mut(tokens * quant_scratch_len(cols, group));
+        let (xq_buf, rest) = rest.split_at_mut((tokens * cols).div_ceil(4));
+        let xs = &mut rest[..tokens * gpr];
+        let w = &mut f32s_as_i8(w_buf)[offset..offset + rows * row_bytes];
+
+        // Weights over the whole i8 range (-128 included) or of every nibble, with runs of
+        // extremes in some cases; scales mostly ordinary, some zero, negative, tiny
+        // (denormal products) or huge.
+        let extremes = case % 5 == 4;
+        for v in w.iter_mut() {
+            let r = next(&mut s);
+            *v = if extremes { [-128, 127, -127, 0, 0x0F, -16][(r >> 8) as usize % 6] } else { r as i8 };
+        }
+        for v in ws.iter_mut() {
+            *v = random_scale(&mut s);
+        }
+        for (i, v) in x.iter_mut().enumerate() {
+            // every 7th group of activations all zero (scale 0)
+            *v = if (i / group) % 7 == 3 { 0.0 } else { random_value(&mut s) };
+        }
+        for v in bias.iter_mut().chain(got.iter_mut()) {
+            *v = random_value(&mut s);
+        }
+        want.copy_from_slice(got);
+
+        // The reference: quantize each token's groups, then per row the naive dot product,
+        // + bias (0.0 past its end), added to the output with `accumulate`.
+        let xq = &mut f32s_as_i8(xq_buf)[..tokens * cols];
+        for ((xg, qg), sx) in x.chunks_exact(group).zip(xq.chunks_exact_mut(group)).zip(xs.iter_mut()) {
+            *sx = quantize_group_q8(xg, qg);
+        }
+        for t in 0..tokens {
+            let (xqt, xst) = (&xq[t * cols..(t + 1) * cols], &xs[t * gpr..(t + 1) * gpr]);
+            for o in 0..rows {
+                let (wrow, wsrow) = (&w[o * row_bytes..(o + 1) * row_bytes], &ws[o * gpr..(o + 1) * gpr]);
+                let y = if q4 {
+                    // (not dot_q4_ref: it unpacks into a 4 KiB stack buffer, which would set
+                    // the firmware's stack high-water mark)
+                    let sums = as_u8(wrow).chunks_exact(group / 2).zip(xqt.chunks_exact(group)).map(|(wg, xg)| dot_q4_naive(wg, xg));
+                    combine_groups(sums, wsrow, xst)
+                } else {
+                    dot_q8_ref(wrow, wsrow, xqt, xst, group)
+                };
+                let y = y + bias.get(o).copied().unwrap_or(0.0);
+                let dst = &mut want[t * rows + o];
+                *dst = if accumulate { *dst + y } else { y };
+            }
+        }
+
+        let data = if q4 { MatrixData::Q4 { packed: as_u8(w), scales: ws, group } } else { MatrixData::Q8 { values: w, scales: ws, group } };
+        let m = Matrix { rows, cols, data };
+        linear(got, x, &m, bias, accumulate, scratch);
+        let first_difference = got.iter().zip(want.iter()).position(|(g, r)| g.to_bits() != r.to_bits());
+        if let Some(i) = first_difference {
+            let (g, r) = (got[i].to_bits(), want[i].to_bits());
+            work.fill(0.0);
+            return Err(LinearMismatch { case, q4, shape: (rows, cols, group), tokens, offset, at: (i / rows, i % rows), got: g, want: r });
+        }
+        compared += got.len();
+    }
+    work.fill(0.0);
+    Ok(compared)
+}
+
+/// A weight scale: mostly in (0, 0.02], sometimes 0, negative, tiny (so that products with
+/// the activation scale are denormal) or large.
+fn random_scale(s: &mut u32) -> f32 {
+    let r = next(s);
+    let base = (r >> 9) as f32 / (1 << 23) as f32 * 0.02;
+    match r % 16 {
+        0 => 0.0,
+        1 => -base,
+        2 => base * 1e-35,
+        3 => base * 1e6,
+        _ => base,
+    }
+}
+
+/// An activation, bias or output value in (-2, 2), now and then ±(2..2000).
+fn random_value(s: &mut u32) -> f32 {
+    let r = next(s);
+    let v = (r >> 8) as f32 / (1 << 24) as f32 * 4.0 - 2.0;
+    if r % 32 == 0 {
+        v * 1000.0
+    } else {
+        v
+    }
+}
+
+/// The bytes of an f32 buffer as i8 (the check's int8 buffers live in `work`).
+fn f32s_as_i8(b: &mut [f32]) -> &mut [i8] {
+    // SAFETY: i8 has no alignment requirement and every bit pattern is valid for both types;
+    // the new slice covers exactly the same bytes and takes over the borrow.
+    unsafe { core::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<i8>(), b.len() * 4) }
+}
+
+/// Ticks of one `linear` call and of the group kernels alone on its matrix.
 #[derive(Debug, Clone, Copy)]
 pub struct LinearTiming {
     /// Multiply-accumulates per call (rows · cols).
     pub macs: usize,
     /// One `linear` call: quantizing the activations, the group dots, their float scaling,
-    /// bias and store.
+    /// bias and store (q8/q4 with groups of 28 or 32: the row kernels).
     pub linear_ticks: u64,
-    /// The same matrix's group dots alone (`dot_i8` / `dot_q4_group` in a plain loop over rows
-    /// and groups), for q8/q4 matrices.
+    /// The same matrix's integer group dots with the group kernels alone (`dot_i8` /
+    /// `dot_q4_group` in a plain loop over rows and groups: what the portable row loop runs
+    /// for the shapes the row kernels leave), for q8/q4 matrices.
     pub dots_ticks: Option<u64>,
 }
 
 /// One `linear` call (decode: one token) of matrix `w` with bias, timed with `now` over a few
-/// repeats, then its group dots alone; `None` when the matrix does not fit the fixed buffers
-/// here (`cols` ≤ 512, `rows` ≤ 1024: the default model's 448 x 112 does). Not inlined, and
+/// repeats, then the group kernels alone on it; `None` when the matrix does not fit the fixed
+/// buffers here (`cols` ≤ 512, `rows` ≤ 1024: the default model's 448 x 112 does). Not inlined, and
 /// uses about 8 KiB of stack (inside the real boards' 32 KiB stack budget): call it after the
 /// stack high-water mark has been taken.
 #[inline(never)]
@@ -184,7 +376,7 @@ pub fn time_linear(w: &Matrix<'_>, bias: &[f32], now: impl Fn() -> u64) -> Optio
     };
     let mut x = [0.0f32; 512];
     let mut out = [0.0f32; 1024];
-    let mut scratch = [0.0f32; 512 / 4 + 2 * 512 / 8]; // quant_scratch_len(512, 8)
+    let mut scratch = [0.0f32; quant_scratch_len(512, 8)];
     if w.cols > x.len() || w.rows > out.len() || quant_scratch_len(w.cols, group) > scratch.len() {
         return None;
     }
@@ -200,7 +392,7 @@ pub fn time_linear(w: &Matrix<'_>, bias: &[f32], now: impl Fn() -> u64) -> Optio
     let linear_ticks = (now() - t) / REPEAT;
     core::hint::black_box(out);
 
-    // The group dots alone, against activations quantized as linear does (the values do not
+    // The group kernels alone, against activations quantized as the portable loop does (the values do not
     // change the count; the alignment does, and it is the same: 4-byte aligned groups).
     let xq_buf = Buf([0; BUF]);
     let xq = as_i8(&xq_buf.0[..w.cols.min(BUF)]);

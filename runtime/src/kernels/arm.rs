@@ -1,6 +1,10 @@
-//! Cortex-M builds of the two exact integer kernels of the quantized mat-vec: [`super::dot_i8`]
-//! (an int8 weight group against int8 activations) and [`super::dot_q4_group`] (packed 4-bit
-//! weights against int8 activations), in inline assembly.
+//! Cortex-M builds of the quantized mat-vec, in inline assembly:
+//! - whole rows for q8 and q4 [`super::linear`] ([`linear_quant`]): a row's exact integer group
+//!   sums and their float combination ([`super::combine_groups`]: group g into lane g mod 16,
+//!   then the reduction tree) in one asm block, the 16 lanes in the FPU registers s16-s31;
+//! - the two integer group kernels, [`super::dot_i8`] (an int8 weight group against int8
+//!   activations) and [`super::dot_q4_group`] (packed 4-bit weights against int8
+//!   activations), which the portable row loop runs for the shapes the row kernels leave.
 //!
 //! Stable Rust does not report Arm target features to `cfg(target_feature)` (see `rustc --print
 //! cfg --target thumbv7em-none-eabihf -C target-cpu=cortex-m4`: no `dsp`, no `mve`), so the
@@ -12,30 +16,55 @@
 //! | `arm-helium` | MVE (Helium) integer: Cortex-M55, M85 (`-C target-cpu=cortex-m55` or `+mve`) | `VLDRB` + `VMLADAVA.S8`: sixteen 8-bit multiply-accumulates per instruction, tail-predicated loops |
 //!
 //! With both, Helium is used. A target without the extension fails to assemble (the build
-//! stops; nothing is decided at run time). Off Arm the features do nothing.
+//! stops; nothing is decided at run time). Off Arm the features do nothing. Both need the
+//! single-precision FPU (`thumbv7em-none-eabihf`, `thumbv8m.main-none-eabihf`).
 //!
-//! Both compute the same i32 as the portable code: integer sums are exact, and where an i32
-//! could overflow both wrap (two's complement, `SMLAD` and `VMLADAVA` accumulate modulo 2^32 as
-//! release-build Rust does). So every build gives the same bits, host and board alike. Lengths
-//! are handled as in the portable code: up to the shorter input, tails included. The functions
-//! return `Option` so that a kernel may decline an input (the portable code then runs), but
-//! these take everything: inputs not aligned as LDRD needs (never the model's groups) go to a
-//! small out-of-line loop here, which keeps the portable kernel and its sixteen accumulators
-//! out of the hot loop's register allocation.
+//! Everything here computes the portable code's bits. Integer sums are exact, and where an
+//! i32 could overflow both wrap (two's complement, `SMLAD` and `VMLADAVA` accumulate modulo
+//! 2^32 as release-build Rust does). The row kernels' float side is the portable code's
+//! sequence of IEEE single-precision operations, operand for operand: `VCVT` of the group sum,
+//! `VMUL` of the two scales, `VMUL`, `VADD` into the lane, no fused multiply-add (on the scalar
+//! FPU: Helium's vector float instructions flush denormals to zero). So every build gives the
+//! same bits, host and board alike. The group kernels handle lengths as the portable code:
+//! up to the shorter input, tails included; they return `Option` so that a kernel may decline
+//! an input (the portable code then runs), but these take everything: inputs not aligned as
+//! LDRD needs (never the model's groups) go to a small out-of-line loop here, which keeps the
+//! portable kernel and its sixteen accumulators out of the hot loop's register allocation.
+//! The row kernels take groups of 28 and 32 (what the converter picks for rows of 112·k and
+//! 32·k) and fall back to the portable row loop for anything else.
 //!
 //! `cargo test` cannot run them, so the firmware checks them at boot against naive references
-//! (`boards/firmware-common/src/kernels.rs`, `self_check`: lengths 0 to 768, extreme values,
-//! every alignment) and exits 1 on a difference; `boards/qemu-check.sh` then requires the
-//! firmware's generated tokens to equal the host's.
+//! (`boards/firmware-common/src/kernels.rs`: `self_check`, the group kernels on lengths 0 to
+//! 768, extreme values, every alignment; `linear_check`, `linear` on random q8 and q4 shapes,
+//! taken by the row kernels or left to the fallback) and exits 1 on a difference;
+//! `boards/qemu-check.sh` then requires the firmware's generated tokens to equal the host's.
+//! On the desktop, `cargo test` checks the DSP kernels' activation layouts with the
+//! arithmetic their assembly does (`kernels::tests`, `pairs16_*`, `nibbles16_*`).
 //!
-//! Cost, in executed instructions (what QEMU's `-icount` counts):
+//! Cost of the row kernels, in executed instructions (what QEMU's `-icount` counts), per group
+//! of 28 / 32 weights, everything included (integer dot, storing and reloading its sum, the
+//! float steps):
+//! - `arm-dsp`, q8: 46 / 50 (1.64 / 1.56 per multiply-accumulate). The integer dot takes 36 /
+//!   40: per 8 weights one `LDRD` of weights, one `LDM` of 4 words of activations widened once
+//!   per call to int16 pairs in `SXTB16` order ([`super::QuantOrder::Pairs16`]), 2 + 2 `SXTB16`
+//!   for the weights and 4 `SMLAD`: 1.25 per multiply-accumulate, the floor for int8 weights
+//!   with `SMLAD` (1.0 for its `SXTB16` + `SMLAD` alone, plus the loads; only int16 weights,
+//!   twice the flash, would do without the `SXTB16`).
+//! - `arm-dsp`, q4: 55 / 55: per 8 weights one `LDR`, one `LDM`, the nibbles masked in place
+//!   (3 `AND`, `LSR` + `AND`: unsigned, at four scales the activations are laid out to match,
+//!   [`super::QuantOrder::Nibbles16`]) and 4 `SMLAD`; each group's sum starts at `-2048·Σx`
+//!   (the + 8 of the stored nibbles) and ends with `ASR #8`.
+//! - `arm-helium`, q8: 17 / 16: `VLDRB` ×2 + `VMLADAV` per 16 weights, the tail predicated.
+//! - `arm-helium`, q4: 24 / 22: the same with the nibbles unpacked by `VSLI`, `VBIC`, `VSUB`.
+//!
+//! plus about 20 per row in the kernel (setting up, the jumps into the float steps and the
+//! tree, the min(groups, 16) - 1 adds of the tree) and about 18 in its Rust loop (bias,
+//! accumulate, store). The activations are quantized once per call.
+//!
+//! The group kernels, which the portable loop calls once per group:
 //! - `arm-dsp`, q8: per 4 weights, 4 `SXTB16` (two for the weights, two for the activations)
 //!   + 2 `SMLAD`, plus one `LDRD` per 8 bytes of each input: 1.75 per multiply-accumulate, and
-//!   2 loop instructions per 16; a group of 28 takes 57 instructions, one of 32 takes 65. The
-//!   floor with int8 activations is 1.5 (the six ALU instructions per 4). Activations stored
-//!   once per `linear` call as int16 pairs in `SXTB16` order would take the two activation
-//!   `SXTB16`s out of every row, for a floor of 1.0 (2 `SXTB16` + 2 `SMLAD` per 4 weights);
-//!   that changes how `linear` quantizes, so it is not done here.
+//!   2 loop instructions per 16; a group of 28 takes 57 instructions, one of 32 takes 65.
 //! - `arm-dsp`, q4: per 8 weights, 1 `EOR` + 2 `AND` + 4 `SXTB16` for the weights, 2 `PKHBT`/
 //!   `PKHTB` + 4 `SXTB16` for the activations, 4 `SMLAD`, 3 loads and 2 loop instructions:
 //!   2.6 per multiply-accumulate; a 2-byte head or tail (groups of 28: 14 bytes) takes a
@@ -386,4 +415,643 @@ unsafe fn q4_pairs(w: *const u8, x: *const i8, n: usize) -> i32 {
         );
     }
     acc
+}
+
+// ---- Whole rows: the group dots and the float combine in one asm block ---------------------
+
+use super::{quantize_rows, QuantOrder, QuantRows};
+use crate::model::{Matrix, MatrixData};
+
+/// Group sums of one round (up to 16 groups) of a row kernel. The kernels store through a
+/// pointer that runs up to the end of this buffer and stop when it reaches a 64-byte boundary,
+/// which needs no count register (the DSP kernels use all twelve free core registers).
+#[repr(C, align(64))]
+struct GroupSums([i32; 16]);
+
+/// q8 and q4 [`super::linear`] through the row kernels below, for groups of 28 and 32 (what
+/// the converter picks for rows of 112·k and 32·k). Other groups, shapes the kernels do not
+/// take (q4 on the DSP build: rows of a multiple of 8 values, so that every row starts on a
+/// word) and short buffers return false, having written only the scratch; the portable loop
+/// with this file's group dots then runs.
+pub(super) fn linear_quant(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    let m = Rows { rows: w.rows, cols: w.cols, bias, accumulate };
+    match w.data {
+        MatrixData::Q8 { values, scales, group: 32 } => m.run::<32, false>(out, x, bytemuck::cast_slice(values), scales, scratch),
+        MatrixData::Q8 { values, scales, group: 28 } => m.run::<28, false>(out, x, bytemuck::cast_slice(values), scales, scratch),
+        MatrixData::Q4 { packed, scales, group: 32 } => m.run::<32, true>(out, x, packed, scales, scratch),
+        MatrixData::Q4 { packed, scales, group: 28 } => m.run::<28, true>(out, x, packed, scales, scratch),
+        _ => false,
+    }
+}
+
+/// The activation layout each build's row kernels read ([`QuantOrder`]): on the DSP build
+/// int16 pairs ready for `SMLAD` (q4: laid out for its nibble masks), with Helium the int8
+/// values as they are.
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+const fn order(q4: bool) -> QuantOrder {
+    if q4 {
+        QuantOrder::Nibbles16
+    } else {
+        QuantOrder::Pairs16
+    }
+}
+#[cfg(feature = "arm-helium")]
+const fn order(_q4: bool) -> QuantOrder {
+    QuantOrder::Natural
+}
+
+/// One `linear` call's shape and epilogue.
+struct Rows<'b> {
+    rows: usize,
+    cols: usize,
+    bias: &'b [f32],
+    accumulate: bool,
+}
+
+impl Rows<'_> {
+    /// [`linear_quant`] for groups of `GS` (`Q4`: packed 4-bit weights, else int8): checks
+    /// every bound the kernels rely on, quantizes the activations, then runs the kernel over
+    /// every token and row and stores what [`super::store_out`] stores (`y + bias[o]`, 0.0
+    /// past the end of `bias`; added to `out` with `accumulate`).
+    #[inline(always)]
+    fn run<const GS: usize, const Q4: bool>(&self, out: &mut [f32], x: &[f32], weights: &[u8], scales: &[f32], scratch: &mut [f32]) -> bool {
+        let Self { rows, cols, bias, accumulate } = *self;
+        let gpr = cols / GS;
+        let row_bytes = if Q4 { cols / 2 } else { cols };
+        let order = order(Q4);
+        // the DSP kernels load weights by the word (LDRD/LDR; q4: whole words and half-words
+        // in a fixed pattern from the start of each row)
+        let dsp = order != QuantOrder::Natural;
+        let aligned = !dsp || ((weights.as_ptr() as usize).is_multiple_of(4) && row_bytes.is_multiple_of(4));
+        let fits = |len: usize, per_row: usize| rows.checked_mul(per_row).is_some_and(|n| n <= len);
+        if rows == 0 || gpr == 0 || !cols.is_multiple_of(GS) || !aligned || !fits(weights.len(), row_bytes) || !fits(scales.len(), gpr) {
+            return false;
+        }
+        let tokens = (x.len() / cols).min(out.len() / rows);
+        // bytes of one token's activations in the kernel's layout (words before its scales)
+        let x_bytes = match order {
+            QuantOrder::Pairs16 => 2 * cols,
+            QuantOrder::Nibbles16 => 2 * cols + 4 * gpr,
+            QuantOrder::Natural | QuantOrder::Q4Pairs => cols,
+        };
+        if scratch.len() < tokens * (x_bytes / 4 + gpr) {
+            return false;
+        }
+        let QuantRows { q, scales: xs, pairs, .. } = quantize_rows(x, cols, GS, tokens, scratch, order);
+        let xq: &[u8] = if dsp { bytemuck::cast_slice(pairs) } else { bytemuck::cast_slice(q) };
+        if xq.len() < tokens * x_bytes || xs.len() < tokens * gpr {
+            return false;
+        }
+        let mut sums = GroupSums([0; 16]);
+        let sums_end = sums.0.as_mut_ptr_range().end;
+        for (t, out_t) in out.chunks_exact_mut(rows).take(tokens).enumerate() {
+            // SAFETY: token t < tokens: its activations (x_bytes) and scales (gpr) are inside
+            // xq and xs (checked above).
+            let (xt, xst) = unsafe { (xq.as_ptr().add(t * x_bytes), xs.as_ptr().add(t * gpr)) };
+            // each call returns the next row's weights and scales (the rows are contiguous)
+            let (mut wrow, mut wsc) = (weights.as_ptr(), scales.as_ptr());
+            let mut b = bias.iter();
+            // Without `accumulate` the outputs start at 0.0 and get the same add, which leaves
+            // every result as it is: y below is never -0.0 (a row's result never is, see
+            // reduce_tree!, so neither is result + bias), and 0.0 + y is y then, NaN included.
+            // (No test in the loop, which the compiler would hoist by copying the loop and the
+            // kernel in it.)
+            if !accumulate {
+                out_t.fill(0.0);
+            }
+            for dst in out_t.iter_mut() {
+                // SAFETY: this is row o < rows (out_t has rows entries), so wrow = weights +
+                // o·row_bytes holds gpr groups of GS weights (on the DSP build 4-byte aligned:
+                // the weights and row_bytes are) and wsc = scales + o·gpr holds gpr scales
+                // (lengths checked above); xt and xst are one token's activations, in the
+                // layout of `order(Q4)`, and scales (above); sums_end is the end of a
+                // GroupSums that nothing else touches.
+                let (y, w_next, ws_next) = unsafe { row::<GS, Q4>(wrow, wsc, xt, xst, gpr, sums_end) };
+                (wrow, wsc) = (w_next, ws_next);
+                let y = y + b.next().copied().unwrap_or(0.0);
+                *dst += y;
+            }
+        }
+        true
+    }
+}
+
+/// The float side of one group in a row kernel, [`super::combine_groups`]' order: the group
+/// sum (`VLDMDB`: the sums are read back from the last one down), converted, times
+/// `ws[k] · xs[k]` (r1, r2: the round's weight and activation scales), then added to lane
+/// `s(16 + k)`: as `0.0 + term` in a row's first round (s8 holds +0.0), `lane + term` after it.
+/// Separate multiplies and adds, in the portable code's operand order.
+macro_rules! lane_step {
+    (first, $label:expr, $off:literal, $lane:literal) => {
+        lane_step!(@ $label, $off, concat!("vadd.f32 s", $lane, ", s8, s0\n"))
+    };
+    (accumulate, $label:expr, $off:literal, $lane:literal) => {
+        lane_step!(@ $label, $off, concat!("vadd.f32 s", $lane, ", s", $lane, ", s0\n"))
+    };
+    (@ $label:expr, $off:literal, $add:expr) => {
+        concat!(
+            $label, ":\n",
+            "vldmdb r12!, {{s0}}\n",
+            "vcvt.f32.s32 s0, s0\n",
+            "vldr s1, [r1, #", $off, "]\n",
+            "vldr s2, [r2, #", $off, "]\n",
+            "vmul.f32 s1, s1, s2\n",
+            "vmul.f32 s0, s0, s1\n",
+            $add,
+        )
+    };
+}
+
+/// The float side of a round of n groups (n - 1 in r9): a jump (`TBB`, its table of byte
+/// offsets right behind it) into a chain of the 16 lane steps laid out from group 15 down to
+/// group 0, entered at group n - 1. The labels are `$table` for the table and `$l` followed by
+/// k for group k's step (numeric local labels: the asm may be inlined more than once).
+macro_rules! lane_chain {
+    ($kind:ident, $table:literal, $l:literal) => {
+        lane_chain!(@ $kind, $table, $l, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $kind:ident, $table:literal, $l:literal, $($k:tt)*) => {
+        concat!(
+            "tbb [pc, r9]\n",
+            $table, ":\n",
+            $(".byte (", $l, $k, "f - ", $table, "b) / 2\n",)*
+            ".p2align 1\n",
+            lane_step!($kind, concat!($l, 15), 60, 31),
+            lane_step!($kind, concat!($l, 14), 56, 30),
+            lane_step!($kind, concat!($l, 13), 52, 29),
+            lane_step!($kind, concat!($l, 12), 48, 28),
+            lane_step!($kind, concat!($l, 11), 44, 27),
+            lane_step!($kind, concat!($l, 10), 40, 26),
+            lane_step!($kind, concat!($l, 9), 36, 25),
+            lane_step!($kind, concat!($l, 8), 32, 24),
+            lane_step!($kind, concat!($l, 7), 28, 23),
+            lane_step!($kind, concat!($l, 6), 24, 22),
+            lane_step!($kind, concat!($l, 5), 20, 21),
+            lane_step!($kind, concat!($l, 4), 16, 20),
+            lane_step!($kind, concat!($l, 3), 12, 19),
+            lane_step!($kind, concat!($l, 2), 8, 18),
+            lane_step!($kind, concat!($l, 1), 4, 17),
+            lane_step!($kind, concat!($l, 0), 0, 16),
+        )
+    };
+}
+
+/// The end of a row: [`super::combine_groups`]' reduction tree over the T = min(groups, 16)
+/// lanes the row touched (T - 1 in r9), the result in s16. Laid out as one chain, the tree's
+/// levels one after the other and each level's adds from the highest lane down, so that
+/// entering it at T's label runs exactly the adds whose both lanes were touched: the others
+/// add +0.0 to a lane, which leaves it unchanged (a lane is never -0.0: it starts as
+/// 0.0 + term, and a sum is -0.0 only when both terms are), or add two untouched +0.0 lanes.
+macro_rules! reduce_tree {
+    () => {
+        concat!(
+            "tbb [pc, r9]\n",
+            "32:\n",
+            ".byte (80f - 32b) / 2, (81f - 32b) / 2, (82f - 32b) / 2, (83f - 32b) / 2\n",
+            ".byte (84f - 32b) / 2, (85f - 32b) / 2, (86f - 32b) / 2, (87f - 32b) / 2\n",
+            ".byte (88f - 32b) / 2, (89f - 32b) / 2, (810f - 32b) / 2, (811f - 32b) / 2\n",
+            ".byte (812f - 32b) / 2, (813f - 32b) / 2, (814f - 32b) / 2, (815f - 32b) / 2\n",
+            ".p2align 1\n",
+            // 16 -> 8: lane i += lane i + 8 (entries for T = 16 .. 9)
+            "815:\n", "vadd.f32 s23, s23, s31\n",
+            "814:\n", "vadd.f32 s22, s22, s30\n",
+            "813:\n", "vadd.f32 s21, s21, s29\n",
+            "812:\n", "vadd.f32 s20, s20, s28\n",
+            "811:\n", "vadd.f32 s19, s19, s27\n",
+            "810:\n", "vadd.f32 s18, s18, s26\n",
+            "89:\n", "vadd.f32 s17, s17, s25\n",
+            "88:\n", "vadd.f32 s16, s16, s24\n",
+            // 8 -> 4 (T = 8 .. 5)
+            "87:\n", "vadd.f32 s19, s19, s23\n",
+            "86:\n", "vadd.f32 s18, s18, s22\n",
+            "85:\n", "vadd.f32 s17, s17, s21\n",
+            "84:\n", "vadd.f32 s16, s16, s20\n",
+            // 4 -> 2 (T = 4, 3)
+            "83:\n", "vadd.f32 s17, s17, s19\n",
+            "82:\n", "vadd.f32 s16, s16, s18\n",
+            // 2 -> 1 (T = 2)
+            "81:\n", "vadd.f32 s16, s16, s17\n",
+            "80:\n",
+        )
+    };
+}
+
+/// A row kernel: `$group` (one group's integer dot, or two with a round-end test between
+/// them: the weights at r10 (Helium: r5), the activations at r11, both advanced past the
+/// group, the sum in r0; it may use r0-r5, r8, r9, q0, q1) in the frame that turns the group
+/// sums of a row into its result, the portable [`super::combine_groups`] bit for bit:
+///
+/// - in: r1 the row's weight scales, r2 the token's activation scales, r11 its activations,
+///   r12 the end of a [`GroupSums`], lr the row's groups (≥ 1); out: r0 the result (f32
+///   bits), r1 the next row's scales, the weight register past the row; r2, r11, r12 and lr
+///   as they came in;
+/// - rounds of n = min(groups left, 16) groups: the integer loop stores the n group sums into
+///   the buffer (r12 starts n words before its end, stores with post-increment, and the loop
+///   ends at the 64-byte boundary that is the end, so no count register is needed), then
+///   [`lane_chain`] reads them back and adds each group's term into its lane s16-s31;
+/// - the first round's steps write 0.0 (s8) + term into their lanes, as the portable lanes
+///   start at 0.0; rows of more than 16 groups (more than 448 or 512 weights) go on with
+///   rounds that add into the lanes, the scale pointers (kept in s9, s10 while the integer
+///   loop has the core registers) advanced by 16 groups a round;
+/// - then [`reduce_tree`] over the min(groups, 16) lanes touched.
+///
+/// r9 is the integer loop's scratch and the round's n - 1 (`USAT #4` clamps groups - 1 to
+/// 15). Labels: 2, 3 the integer loops, 8 right after each (for two-group bodies), 6 the
+/// later rounds, 7 and 5 the ends, 30-32 and 40-415, 60-615, 80-815 the jump tables and their
+/// targets.
+macro_rules! row_frame {
+    ($group:expr) => {
+        concat!(
+            "vmov s9, r1\n",
+            "vmov s10, r2\n",
+            "vmov s11, r11\n",
+            "movs r0, #0\n",
+            "vmov s8, r0\n",
+            // round 1
+            "subs r9, lr, #1\n",
+            "usat r9, #4, r9\n",
+            "sub r12, r12, r9, lsl #2\n",
+            "sub r12, r12, #4\n",
+            "2:\n",
+            $group,
+            "str r0, [r12], #4\n",
+            "tst r12, #63\n",
+            "bne 2b\n",
+            "8:\n",
+            "vmov r1, s9\n",
+            "vmov r2, s10\n",
+            "subs r9, lr, #1\n",
+            "usat r9, #4, r9\n",
+            lane_chain!(first, 30, 4),
+            "cmp lr, #16\n",
+            "bls 7f\n",
+            // rows of more than 16 groups: rounds 2, 3, ... (lr and r2 kept for the end)
+            "vmov s13, lr\n",
+            "vmov s14, r2\n",
+            "6:\n",
+            "sub lr, lr, #16\n",
+            "add r12, r12, #64\n",
+            "add r1, r1, #64\n",
+            "vmov s9, r1\n",
+            "add r2, r2, #64\n",
+            "vmov s10, r2\n",
+            "subs r9, lr, #1\n",
+            "usat r9, #4, r9\n",
+            "sub r12, r12, r9, lsl #2\n",
+            "sub r12, r12, #4\n",
+            "3:\n",
+            $group,
+            "str r0, [r12], #4\n",
+            "tst r12, #63\n",
+            "bne 3b\n",
+            "8:\n",
+            "vmov r1, s9\n",
+            "vmov r2, s10\n",
+            "subs r9, lr, #1\n",
+            "usat r9, #4, r9\n",
+            lane_chain!(accumulate, 31, 6),
+            "cmp lr, #16\n",
+            "bhi 6b\n",
+            // r12 back to the buffer's end, r1 to the next row's scales (the last round's
+            // base + its groups), groups and xs as they came in; all 16 lanes were touched
+            "add r12, r12, r9, lsl #2\n",
+            "add r12, r12, #4\n",
+            "add r1, r1, lr, lsl #2\n",
+            "vmov lr, s13\n",
+            "vmov r2, s14\n",
+            "movs r9, #15\n",
+            "b 5f\n",
+            // one round: the same, lanes 0 to groups - 1 touched
+            "7:\n",
+            "add r12, r12, r9, lsl #2\n",
+            "add r12, r12, #4\n",
+            "add r1, r1, lr, lsl #2\n",
+            "5:\n",
+            reduce_tree!(),
+            "vmov r0, s16\n",
+            "vmov r11, s11\n",
+        )
+    };
+}
+
+/// One q8 group of `k8`·8 + `t4`·4 weights (`SXTB16` + `SMLAD`) against activations in
+/// [`QuantOrder::Pairs16`] layout: per 8 weights one `LDRD` of weights, one `LDM` of 4 words of
+/// int16 pairs, 4 `SXTB16`, 4 `SMLAD` (the first of the group an `SMUAD`, which starts the sum).
+/// r1, r2 weights, r3-r5, r8 activations, r9 scratch.
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+macro_rules! dsp_q8_group {
+    () => {
+        concat!(
+            ".if {k8}\n",
+            "ldrd r1, r2, [r10], #8\n",
+            "ldm r11!, {{r3, r4, r5, r8}}\n",
+            "sxtb16 r9, r1\n",
+            "smuad r0, r9, r3\n",
+            "sxtb16 r1, r1, ror #8\n",
+            "smlad r0, r1, r4, r0\n",
+            "sxtb16 r9, r2\n",
+            "smlad r0, r9, r5, r0\n",
+            "sxtb16 r2, r2, ror #8\n",
+            "smlad r0, r2, r8, r0\n",
+            ".rept {k8} - 1\n",
+            "ldrd r1, r2, [r10], #8\n",
+            "ldm r11!, {{r3, r4, r5, r8}}\n",
+            "sxtb16 r9, r1\n",
+            "smlad r0, r9, r3, r0\n",
+            "sxtb16 r1, r1, ror #8\n",
+            "smlad r0, r1, r4, r0\n",
+            "sxtb16 r9, r2\n",
+            "smlad r0, r9, r5, r0\n",
+            "sxtb16 r2, r2, ror #8\n",
+            "smlad r0, r2, r8, r0\n",
+            ".endr\n",
+            ".endif\n",
+            ".if {t4}\n",
+            "ldr r1, [r10], #4\n",
+            "ldrd r3, r4, [r11], #8\n",
+            "sxtb16 r9, r1\n",
+            ".if {k8}\n",
+            "smlad r0, r9, r3, r0\n",
+            ".else\n",
+            "smuad r0, r9, r3\n",
+            ".endif\n",
+            "sxtb16 r1, r1, ror #8\n",
+            "smlad r0, r1, r4, r0\n",
+            ".endif\n",
+        )
+    };
+}
+
+/// 8 q4 weights (one word: nibble i is weight i, stored + 8) against 4 words of
+/// [`QuantOrder::Nibbles16`] activations: the nibbles masked in place (0x000F000F,
+/// 0x00F000F0, 0x0F000F00, and 0x0F000F00 after LSR #4 give the int16 pairs (w0, w4),
+/// 16·(w1, w5), 256·(w2, w6), 256·(w3, w7), unsigned) and one `SMLAD` each against activation
+/// pairs scaled to match (256·(x0, x4), 16·(x1, x5), (x2, x6), (x3, x7)): 256 × the sum. `$ldm`
+/// loads the activations (with the group's start value into r0 for its first step).
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+macro_rules! dsp_q4_word {
+    ($ldm:literal) => {
+        concat!(
+            "ldr r1, [r10], #4\n",
+            $ldm,
+            "and r2, r1, #0x000F000F\n",
+            "smlad r0, r2, r3, r0\n",
+            "and r2, r1, #0x00F000F0\n",
+            "smlad r0, r2, r4, r0\n",
+            "and r2, r1, #0x0F000F00\n",
+            "smlad r0, r2, r5, r0\n",
+            "lsr r1, r1, #4\n",
+            "and r1, r1, #0x0F000F00\n",
+            "smlad r0, r1, r8, r0\n",
+        )
+    };
+}
+
+/// 4 q4 weights (one half-word, the group's tail or head when groups are 8k + 4 long) against
+/// 2 words of [`QuantOrder::Nibbles16`] activations (256·x0 | 16·x1, x2 | x3): the same masks,
+/// then `SMLABB`/`SMLABT` (the masked values are all in the bottom half).
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+macro_rules! dsp_q4_half {
+    ($ldm:literal) => {
+        concat!(
+            "ldrh r1, [r10], #2\n",
+            $ldm,
+            "and r2, r1, #0x000F000F\n",
+            "smlabb r0, r2, r3, r0\n",
+            "and r2, r1, #0x00F000F0\n",
+            "smlabt r0, r2, r3, r0\n",
+            "and r2, r1, #0x0F000F00\n",
+            "smlabb r0, r2, r4, r0\n",
+            "lsr r1, r1, #4\n",
+            "and r1, r1, #0x0F000F00\n",
+            "smlabt r0, r1, r4, r0\n",
+        )
+    };
+}
+
+/// One or two q4 groups of `k8`·8 + `t4`·4 weights: the sum starts at the group's start value
+/// (`-2048·Σx`, loaded with the first activations), collects 256 × Σ (nibble)·x, and ends
+/// with ASR #8 (exact: the sum is a multiple of 256). Groups of 8k + 4 (14 bytes for 28
+/// weights) alternate between starting on a word (whole words, then the half-word) and in the
+/// middle of one (the half-word first); since rows start on a word, the loop body takes an
+/// even-odd pair of groups, leaving after the first when the round ends there (label 8 of
+/// [`row_frame`]'s frame).
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+macro_rules! dsp_q4_group {
+    () => {
+        concat!(
+            ".if {k8}\n",
+            dsp_q4_word!("ldm r11!, {{r0, r3, r4, r5, r8}}\n"),
+            ".rept {k8} - 1\n",
+            dsp_q4_word!("ldm r11!, {{r3, r4, r5, r8}}\n"),
+            ".endr\n",
+            ".if {t4}\n",
+            dsp_q4_half!("ldrd r3, r4, [r11], #8\n"),
+            ".endif\n",
+            ".else\n",
+            dsp_q4_half!("ldm r11!, {{r0, r3, r4}}\n"),
+            ".endif\n",
+            "asr r0, r0, #8\n",
+            ".if {t4}\n",
+            "str r0, [r12], #4\n",
+            "tst r12, #63\n",
+            "beq 8f\n",
+            dsp_q4_half!("ldm r11!, {{r0, r3, r4}}\n"),
+            ".rept {k8}\n",
+            dsp_q4_word!("ldm r11!, {{r3, r4, r5, r8}}\n"),
+            ".endr\n",
+            "asr r0, r0, #8\n",
+            ".endif\n",
+        )
+    };
+}
+
+/// One row (`groups` groups of `GS` weights; `Q4`: packed 4-bit, else int8) against one token,
+/// DSP build: what [`super::dot_q8`] / [`super::dot_q4`] return, bit for bit (exact group sums,
+/// then the float steps of [`super::combine_groups`] in its order). Returns the result and
+/// the next row's weights and scales (`w` + the row, `ws` + `groups`).
+///
+/// # Safety
+/// `groups` ≥ 1; `w` readable for the row's `groups·GS` (q4: `groups·GS/2`) bytes and 4-byte
+/// aligned; `x` readable for one token's activations in the layout of `order(Q4)` (4-byte
+/// aligned); `ws` and `xs` readable for `groups` f32; `sums_end` the end of a [`GroupSums`]
+/// nothing else accesses meanwhile. `GS` a multiple of 4; for q4 with `GS % 8 == 4`, `groups`
+/// even.
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+#[inline(always)]
+unsafe fn row<const GS: usize, const Q4: bool>(w: *const u8, ws: *const f32, x: *const u8, xs: *const f32, groups: usize, sums_end: *mut i32) -> (f32, *const u8, *const f32) {
+    let (y, w_next, ws_next): (u32, *const u8, *const f32);
+    // SAFETY: reads the row's weights (LDRD/LDR/LDRH at 4- and 2-byte aligned addresses: w
+    // is 4-byte aligned and every step advances it by 8, 4 or 2 in the pattern the layout
+    // assumes), one token's activations (LDM/LDRD, 4-byte aligned, likewise), and
+    // ws[..groups], xs[..groups] (VLDR at offsets 4k in rounds of 16 groups); writes only the
+    // GroupSums buffer (at most 16 words before sums_end, from n words before it up to it)
+    // and the registers named below (flags included); r2, r11, r12 and lr come back as they
+    // went in. The caller's contract covers all of these.
+    macro_rules! call {
+        ($group:expr) => {
+            unsafe {
+                core::arch::asm!(
+                    row_frame!($group),
+                    k8 = const GS / 8,
+                    t4 = const (GS % 8) / 4,
+                    inout("r10") w => w_next,
+                    inout("r1") ws => ws_next,
+                    in("r2") xs,
+                    in("r11") x,
+                    in("r12") sums_end,
+                    in("lr") groups,
+                    out("r0") y,
+                    out("r3") _, out("r4") _, out("r5") _, out("r8") _, out("r9") _,
+                    out("s0") _, out("s1") _, out("s2") _,
+                    out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s13") _, out("s14") _,
+                    out("s16") _, out("s17") _, out("s18") _, out("s19") _, out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+                    out("s24") _, out("s25") _, out("s26") _, out("s27") _, out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+                    options(nostack),
+                )
+            }
+        };
+    }
+    if Q4 {
+        call!(dsp_q4_group!());
+    } else {
+        call!(dsp_q8_group!());
+    }
+    (f32::from_bits(y), w_next, ws_next)
+}
+
+/// One q8 group of `k16`·16 + `tail` weights (`VLDRB` + `VMLADAV.S8`): whole vectors, then the
+/// tail predicated by P0 (set by the kernel's `VCTP.8 tail`), all into r0. The weights at r5
+/// (the widening `VLDRB.U16` of the q4 kernel takes r0-r7 only as its base), the activations
+/// at r11.
+#[cfg(feature = "arm-helium")]
+macro_rules! mve_q8_group {
+    () => {
+        concat!(
+            ".if {k16}\n",
+            "vldrb.s8 q0, [r5], #16\n",
+            "vldrb.s8 q1, [r11], #16\n",
+            "vmladav.s8 r0, q0, q1\n",
+            ".rept {k16} - 1\n",
+            "vldrb.s8 q0, [r5], #16\n",
+            "vldrb.s8 q1, [r11], #16\n",
+            "vmladava.s8 r0, q0, q1\n",
+            ".endr\n",
+            ".endif\n",
+            ".if {tail}\n",
+            "vpsttt\n",
+            "vldrbt.s8 q0, [r5], #{tail}\n",
+            "vldrbt.s8 q1, [r11], #{tail}\n",
+            ".if {k16}\n",
+            "vmladavat.s8 r0, q0, q1\n",
+            ".else\n",
+            "vmladavt.s8 r0, q0, q1\n",
+            ".endif\n",
+            ".endif\n",
+        )
+    };
+}
+
+/// 16 q4 weights as signed bytes in q0, from 8 bytes at r5 (as [`dot_q4_group`]: `VLDRB.U16`
+/// puts one byte b = hi·16 + lo in each 16-bit lane, `VSLI` and `VBIC` make it the two bytes
+/// lo, hi, and `VSUB` takes the 8 off each, r4 = 8). `$p` predicates the load (the tail).
+#[cfg(feature = "arm-helium")]
+macro_rules! mve_q4_unpack {
+    ($ld:literal) => {
+        concat!($ld, "vsli.16 q0, q0, #4\n", "vbic.i16 q0, #0xf0\n", "vsub.i8 q0, q0, r4\n")
+    };
+}
+
+/// One q4 group of `k16`·16 + `tail` weights: as [`mve_q8_group`], the weights unpacked by
+/// [`mve_q4_unpack`].
+#[cfg(feature = "arm-helium")]
+macro_rules! mve_q4_group {
+    () => {
+        concat!(
+            ".if {k16}\n",
+            mve_q4_unpack!("vldrb.u16 q0, [r5], #8\n"),
+            "vldrb.s8 q1, [r11], #16\n",
+            "vmladav.s8 r0, q0, q1\n",
+            ".rept {k16} - 1\n",
+            mve_q4_unpack!("vldrb.u16 q0, [r5], #8\n"),
+            "vldrb.s8 q1, [r11], #16\n",
+            "vmladava.s8 r0, q0, q1\n",
+            ".endr\n",
+            ".endif\n",
+            ".if {tail}\n",
+            mve_q4_unpack!("vpst\nvldrbt.u16 q0, [r5], #{tail} / 2\n"),
+            "vpstt\n",
+            "vldrbt.s8 q1, [r11], #{tail}\n",
+            ".if {k16}\n",
+            "vmladavat.s8 r0, q0, q1\n",
+            ".else\n",
+            "vmladavt.s8 r0, q0, q1\n",
+            ".endif\n",
+            ".endif\n",
+        )
+    };
+}
+
+/// One row (`groups` groups of `GS` weights; `Q4`: packed 4-bit, else int8) against one token,
+/// `VMLADAV.S8`: what [`super::dot_q8`] / [`super::dot_q4`] return, bit for bit. The float side
+/// is scalar, as on the M4: Helium's vector float instructions flush denormals to zero (they
+/// use the "standard FPSCR value"), the scalar FPU and the desktop do not. Returns the result
+/// and the next row's weights and scales.
+///
+/// # Safety
+/// `groups` ≥ 1; `w` readable for the row's `groups·GS` (q4: `groups·GS/2`) bytes; `x`
+/// readable for `groups·GS` bytes; `ws` and `xs` readable for `groups` f32; `sums_end` the end
+/// of a [`GroupSums`] nothing else accesses meanwhile. `GS` even.
+#[cfg(feature = "arm-helium")]
+#[inline(always)]
+unsafe fn row<const GS: usize, const Q4: bool>(w: *const u8, ws: *const f32, x: *const u8, xs: *const f32, groups: usize, sums_end: *mut i32) -> (f32, *const u8, *const f32) {
+    let (y, w_next, ws_next): (u32, *const u8, *const f32);
+    // SAFETY: reads the row's weights and one token's activations (VLDRB: whole vectors, then
+    // the tail's lanes only: the others are predicated off by P0 = VCTP.8 tail, which for the
+    // q4 weights' 16-bit lanes enables the first tail/2, and a predicated-off lane is not
+    // read), and ws[..groups], xs[..groups]; writes only the GroupSums buffer (as the DSP
+    // kernel), the registers named below and the flags; r2, r11, r12 and lr come back as they
+    // went in. P0 is saved first and restored at the end (the compiler knows nothing of VPR).
+    macro_rules! call {
+        ($group:expr) => {
+            unsafe {
+                core::arch::asm!(
+                    ".if {tail}\n",
+                    "vmrs r3, p0\n",
+                    "movs r0, #{tail}\n",
+                    "vctp.8 r0\n",
+                    ".endif\n",
+                    ".if {q4}\n",
+                    "movs r4, #8\n",
+                    ".endif\n",
+                    row_frame!($group),
+                    ".if {tail}\n",
+                    "vmsr p0, r3\n",
+                    ".endif\n",
+                    k16 = const GS / 16,
+                    tail = const GS % 16,
+                    q4 = const Q4 as u32,
+                    inout("r5") w => w_next,
+                    inout("r1") ws => ws_next,
+                    in("r2") xs,
+                    in("r11") x,
+                    in("r12") sums_end,
+                    in("lr") groups,
+                    out("r0") y,
+                    out("r3") _, out("r4") _, out("r9") _,
+                    out("d0") _, out("d1") _, out("d2") _, out("d3") _,
+                    out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s13") _, out("s14") _,
+                    out("s16") _, out("s17") _, out("s18") _, out("s19") _, out("s20") _, out("s21") _, out("s22") _, out("s23") _,
+                    out("s24") _, out("s25") _, out("s26") _, out("s27") _, out("s28") _, out("s29") _, out("s30") _, out("s31") _,
+                    options(nostack),
+                )
+            }
+        };
+    }
+    if Q4 {
+        call!(mve_q4_group!());
+    } else {
+        call!(mve_q8_group!());
+    }
+    (f32::from_bits(y), w_next, ws_next)
 }

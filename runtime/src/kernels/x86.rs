@@ -624,7 +624,7 @@ pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias
     // prefill on AMX tiles where the CPU has them (16 rows × 16 tokens per tile product)
     let tiles = tokens >= amx::MIN_TOKENS && cols <= amx::MAX_COLS && amx::available();
     let order = if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
-    let QuantRows { q, scales: xs, sums } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
+    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
     if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
         return false;
     }
