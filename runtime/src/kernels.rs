@@ -10,6 +10,7 @@
 
 use half::f16;
 
+use crate::kv_cache::{HeadRows, KvHead};
 use crate::model::{Matrix, MatrixData};
 
 /// Cortex-M builds of [`dot_i8`] and [`dot_q4_group`], and whole q8 rows for [`linear`] (cargo
@@ -880,12 +881,241 @@ fn sum_f32(x: &[f32]) -> f32 {
     reduce(acc)
 }
 
-/// Causal attention of one query head over positions `0..S` (S = the query's position + 1, so
-/// the mask is implicit): `out = softmax(q·Kᵀ · scale) · V` — HF `GPT2Attention._attn`.
+/// Causal attention of one query head over the cached positions `0..S` (S = `kv.len()`, the
+/// query's position + 1, so the mask is implicit): `out = softmax(q·Kᵀ · scale) · V` — HF
+/// `GPT2Attention._attn`. `q` and `out` are D wide; `scores` is scratch of at least S (shorter:
+/// `out` is all zero).
 ///
-/// `score(s)` returns q·k_s for position s; `add_value(s, p, out)` adds `p · v_s` to `out`
-/// (the KV cache supplies both, whatever its storage dtype). `scores` is scratch of at least S.
-pub fn attend_head(
+/// The order of operations, one for every target and build (bit for bit the per-position
+/// [`attention_ref`] over [`KvCache::score`] and [`KvCache::add_value`]):
+/// 1. scores, s = 0..S: `x_s = dot(q, k_s) · scale`, where dot is [`dot_f32`] for f32 keys and
+///    [`dot_f16`] for f16 keys (lane i % 16 sums element i, then the fixed tree of `reduce`),
+///    and for int8 keys `(Σ_i q_i · k_s,i) · key_scale_s`, the sum sequential in i from -0.0
+///    (`Iterator::sum`);
+/// 2. [`softmax`] of the S scores in place, giving p_s;
+/// 3. values: `out_i = 0`, then for s = 0..S in order `out_i += w_s · v_s,i`, with w_s = p_s for
+///    f32 and f16 values (widened exactly) and `w_s = p_s · value_scale_s` for int8.
+///
+/// The builds (portable; on x86-64 AVX-512 or AVX2, chosen once per call; see `Attend`) only
+/// change which of these independent operations run side by side, never the operations of one
+/// result: e.g. sixteen positions' scores in the lanes of a vector, or a block of output
+/// elements kept in registers while the positions go by.
+///
+/// [`KvCache::score`]: crate::kv_cache::KvCache::score
+/// [`KvCache::add_value`]: crate::kv_cache::KvCache::add_value
+#[inline(never)] // one function to profile; no inlined copy per dtype in the caller
+pub fn attention(out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        if let Some(d) = x86::Avx512::detect() {
+            return d.attention(out, q, kv, scale, scores);
+        }
+        if let Some(d) = x86::Avx2::detect() {
+            return d.attention(out, q, kv, scale, scores);
+        }
+    }
+    attention_impl(&Portable, out, q, kv, scale, scores);
+}
+
+/// The body of [`attention`] for one build of its loops.
+#[inline(always)]
+fn attention_impl<A: Attend>(a: &A, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    let scores = scores.get_mut(..kv.len()).unwrap_or(&mut []);
+    match kv {
+        KvHead::F32 { keys, .. } => a.scores_f32(q, keys, scale, scores),
+        KvHead::F16 { keys, .. } => a.scores_f16(q, keys, scale, scores),
+        KvHead::I8 { keys, key_scales, .. } => a.scores_i8(q, keys, key_scales, scale, scores),
+    }
+    a.softmax(scores);
+    match kv {
+        KvHead::F32 { values, .. } => a.mix_f32(out, scores, values),
+        KvHead::F16 { values, .. } => a.mix_f16(out, scores, values),
+        KvHead::I8 { values, value_scales, .. } => {
+            // w_s = p_s · value_scale_s, then the same mix as the other dtypes
+            scores.iter_mut().zip(value_scales.firsts()).for_each(|(p, vs)| *p *= vs);
+            a.mix_i8(out, scores, values);
+        }
+    }
+}
+
+/// The loops of [`attention`] for one build. The bodies here are the portable build, written
+/// for a Cortex-M's scalar FPU and its code size (f32/f16 caches in short loops; the int8 cache
+/// of the boards with four positions per pass for the scores and output elements held in
+/// registers for the values); x86-64 overrides them in `kernels/x86.rs` (AVX2: the f32 dots;
+/// AVX-512: all of them), and every build must give the portable bits.
+pub(crate) trait Attend {
+    /// [`softmax`] in this build (portable: one out-of-line copy, see [`softmax_outlined`]).
+    #[inline(always)]
+    fn softmax(&self, x: &mut [f32]) {
+        softmax_outlined(x)
+    }
+    /// `scores[s] = dot_f32(q, keys[s]) · scale` (as [`dot_kv`]).
+    #[inline(always)]
+    fn scores_f32(&self, q: &[f32], keys: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
+        for (x, k) in scores.iter_mut().zip(keys.rows()) {
+            *x = dot_kv(k, q) * scale;
+        }
+    }
+    /// `scores[s] = dot_f16(keys[s], q) · scale` (as [`dot_kv`]).
+    #[inline(always)]
+    fn scores_f16(&self, q: &[f32], keys: &HeadRows<'_, f16>, scale: f32, scores: &mut [f32]) {
+        for (x, k) in scores.iter_mut().zip(keys.rows()) {
+            *x = dot_kv(k, q) * scale;
+        }
+    }
+    /// `scores[s] = (Σ_i q_i · keys[s]_i) · key_scales[s] · scale`, the sum in order of i from
+    /// -0.0 (as `Iterator::sum`). Four positions side by side (each q_i loaded once for four
+    /// products); in a last group of fewer than four, the missing rows repeat its last row and
+    /// their sums are dropped (one loop, for the code size of a board).
+    #[inline(always)]
+    fn scores_i8(&self, q: &[f32], keys: &HeadRows<'_, i8>, key_scales: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
+        let mut ks = key_scales.firsts();
+        for (g, x) in scores.chunks_mut(4).enumerate() {
+            let row = |j: usize| keys.row(4 * g + j.min(x.len().saturating_sub(1)));
+            let (k0, k1, k2, k3) = (row(0), row(1), row(2), row(3));
+            let [mut a0, mut a1, mut a2, mut a3] = [-0.0f32; 4];
+            for ((((&qi, &b0), &b1), &b2), &b3) in q.iter().zip(k0).zip(k1).zip(k2).zip(k3) {
+                a0 += qi * b0 as f32;
+                a1 += qi * b1 as f32;
+                a2 += qi * b2 as f32;
+                a3 += qi * b3 as f32;
+            }
+            for (x, dot) in x.iter_mut().zip([a0, a1, a2, a3]) {
+                *x = dot * ks.next().unwrap_or(0.0) * scale;
+            }
+        }
+    }
+    /// `out_i = Σ_s weights[s] · values[s]_i` in order of s, from 0.
+    #[inline(always)]
+    fn mix_f32(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f32>) {
+        mix_rows(out, weights, values)
+    }
+    /// As [`Attend::mix_f32`], f16 values widened.
+    #[inline(always)]
+    fn mix_f16(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
+        mix_rows(out, weights, values)
+    }
+    /// As [`Attend::mix_f32`], int8 values converted (the scales are in the weights).
+    #[inline(always)]
+    fn mix_i8(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, i8>) {
+        mix_columns::<_, 4>(out, weights, values)
+    }
+}
+
+impl Attend for Portable {}
+
+/// The portable [`softmax`] as one function: inlined into [`attention`], the compiler copies it
+/// into the path of each KV dtype (kilobytes on a board).
+#[inline(never)]
+fn softmax_outlined(x: &mut [f32]) {
+    softmax_portable(x)
+}
+
+/// A stored KV-cache element, widened exactly to f32.
+pub(crate) trait KvElem: Copy {
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl KvElem for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f16_to_f32(self)
+    }
+}
+
+impl KvElem for i8 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self as f32
+    }
+}
+
+/// `x.to_f32()` in one out-of-line copy: without f16 hardware (Cortex-M4, x86 without the
+/// `std` feature of `half`) the conversion is a few dozen instructions, and the f16 cache loops
+/// would inline it many times over for a dtype the boards do not use.
+#[inline(never)]
+fn f16_to_f32(x: f16) -> f32 {
+    x.to_f32()
+}
+
+/// [`dot_f32`] (f32 keys) and [`dot_f16`] (f16 keys) in their order, so with their bits:
+/// element i into lane i % 16, in order of i, then the tree of `reduce`. One short loop, for
+/// the portable build's code size (a board keeps an int8 cache; desktops run a SIMD build).
+#[inline(always)]
+fn dot_kv<W: KvElem>(k: &[W], q: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    for (i, (&k, &q)) in k.iter().zip(q).enumerate() {
+        if let Some(lane) = acc.get_mut(i % LANES) {
+            *lane += k.widen() * q;
+        }
+    }
+    reduce(acc)
+}
+
+/// `out_i = Σ_s w_s · v_s,i` over the positions in order, from 0, a row at a time (short code,
+/// which the compiler vectorises across i; the sums go through memory).
+#[inline(always)]
+fn mix_rows<W: KvElem>(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, W>) {
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (&w, row) in weights.iter().zip(values.rows()) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o += w * v.widen();
+        }
+    }
+}
+
+/// [`mix_rows`] in blocks of B elements, each over all positions, so that its B sums stay in
+/// registers (no load and store of `out` per product: the int8 cache of the boards, whose cores
+/// have no vector unit for it). When B does not divide D, the last block overlaps the one
+/// before (its shared elements come out the same, being the same additions in the same order);
+/// a head narrower than B goes one element at a time.
+#[inline(always)]
+fn mix_columns<W: KvElem, const B: usize>(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, W>) {
+    out.iter_mut().for_each(|o| *o = 0.0);
+    let d = values.width().min(out.len());
+    // column i of every row: elements i.. of the storage in steps of `stride` (the HeadRows
+    // invariant puts the D elements of every row inside it)
+    let column = |i: usize| values.data().get(i..).unwrap_or(&[]).chunks(values.stride());
+    if d < B {
+        for (i, o) in out.iter_mut().enumerate().take(d) {
+            for (&w, v) in weights.iter().zip(column(i)) {
+                *o += w * v.first().map_or(0.0, |v| v.widen());
+            }
+        }
+        return;
+    }
+    for start in (0..d).step_by(B) {
+        let i = start.min(d - B);
+        let mut acc = [0.0f32; B];
+        for (&w, v) in weights.iter().zip(column(i)) {
+            if let Some(v) = v.first_chunk::<B>() {
+                for (a, &v) in acc.iter_mut().zip(v) {
+                    *a += w * v.widen();
+                }
+            }
+        }
+        if let Some(o) = out.get_mut(i..i + B) {
+            o.copy_from_slice(&acc);
+        }
+    }
+}
+
+/// Naive reference for [`attention`]: one position at a time, `score(s)` returning q·k_s and
+/// `add_value(s, p, out)` adding `p · v_s` to `out` (the runtime's formulation before
+/// [`attention`]; the tests pit the two against each other with [`KvCache::score`] and
+/// [`KvCache::add_value`]). `scores` is scratch of at least `positions`.
+///
+/// [`KvCache::score`]: crate::kv_cache::KvCache::score
+/// [`KvCache::add_value`]: crate::kv_cache::KvCache::add_value
+pub fn attention_ref(
     out: &mut [f32],
     positions: usize,
     scale: f32,
@@ -907,29 +1137,9 @@ pub fn attend_head(
 /// `out += p · v`.
 #[inline]
 pub fn axpy(out: &mut [f32], p: f32, v: &[f32]) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if let Some(d) = x86::Avx512::detect() {
-        return d.axpy(out, p, v);
-    }
-    axpy_portable(out, p, v);
-}
-
-#[inline(always)]
-fn axpy_portable(out: &mut [f32], p: f32, v: &[f32]) {
     for (o, &v) in out.iter_mut().zip(v) {
         *o += p * v;
     }
-}
-
-/// [`dot_f32`] on the widest vector unit the CPU has (bit-identical): the short dot products
-/// outside [`linear`], i.e. attention scores.
-#[inline]
-pub fn dot_f32_any(a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if let Some(d) = x86::Avx512::detect() {
-        return d.f32(a, b);
-    }
-    dot_f32(a, b)
 }
 
 #[cfg(test)]
@@ -1227,6 +1437,88 @@ mod tests {
         assert_eq!(row, deq[5 * cols..6 * cols].to_vec());
     }
 
+    /// `attention` over the cache's strided views (whichever build this CPU runs, and the
+    /// portable build) must give the bits of the per-position formulation (`attention_ref` over
+    /// `KvCache::score` / `add_value`) for every KV dtype: head widths with and without full
+    /// 64/16/4-element blocks, position counts around the 16-position blocks, every layer and head.
+    #[test]
+    fn attention_equals_per_position_reference_bit_for_bit() {
+        use crate::kv_cache::{KvCache, KvDType};
+        // (n_layer, capacity, n_embd, n_head): D = 64 (GPT-2), 28 (the shipped model), 17, 3, 80, 100
+        let shapes = [(2usize, 40usize, 768usize, 12usize), (1, 37, 112, 4), (2, 21, 51, 3), (1, 18, 12, 4), (1, 35, 160, 2), (1, 20, 200, 2)];
+        // Miri (minutes per shape): the shipped model's D = 28 and the narrow D = 3, 18 positions
+        let miri_shapes = [(1, 18, 112, 4), shapes[3]];
+        let shapes: &[_] = if cfg!(miri) { &miri_shapes } else { &shapes };
+        for (si, &(n_layer, cap, c, h)) in shapes.iter().enumerate() {
+            let d = c / h;
+            for dtype in [KvDType::F32, KvDType::F16, KvDType::I8] {
+                let mut buf = std::vec![0.0f32; KvCache::required_len(dtype, n_layer, cap, c, h)];
+                let mut cache = KvCache::new(&mut buf, dtype, n_layer, cap, c, h).unwrap();
+                for l in 0..n_layer {
+                    for pos in 0..cap {
+                        let seed = (si * 1000 + l * 100 + pos) as u32;
+                        let mut k: Vec<f32> = pseudo(c, 2 * seed + 1).iter().map(|v| v * 3.0).collect();
+                        let v = pseudo(c, 2 * seed + 2);
+                        if pos == 3 {
+                            k.iter_mut().for_each(|v| *v = 0.0); // an all-zero key: int8 scale 0
+                        }
+                        if pos == 5 {
+                            k[0] = 40.0; // one large element
+                        }
+                        cache.store(l, pos, &k, &v);
+                    }
+                }
+                cache.set_len(cap);
+                let lens: Vec<usize> = [1usize, 2, 3, 15, 16, 17, 31, 32, 33, cap].into_iter().filter(|&s| s <= cap).collect();
+                for l in 0..n_layer {
+                    for head in 0..h {
+                        for &len in &lens {
+                            let q: Vec<f32> = pseudo(d, (si * 7919 + l * 31 + head * 7 + len) as u32).iter().map(|v| v * 2.0).collect();
+                            let scale = 1.0 / libm::sqrtf(d as f32) / (l + 1) as f32;
+                            let mut scratch = std::vec![0.0f32; cap];
+                            let mut want = std::vec![0.0f32; d];
+                            let cref = &cache;
+                            attention_ref(&mut want, len, scale, &mut scratch, |s| cref.score(l, s, head, &q), |s, p, o| cref.add_value(l, s, head, p, o));
+                            let kv = cache.head(l, head, len);
+                            assert_eq!(kv.len(), len);
+                            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+                            let what = std::format!("{dtype:?} D={d} layer {l} head {head} positions {len}");
+                            let mut got = std::vec![9.0f32; d];
+                            attention(&mut got, &q, &kv, scale, &mut scratch);
+                            assert_eq!(bits(&got), bits(&want), "dispatched: {what}");
+                            got.iter_mut().for_each(|v| *v = 9.0);
+                            attention_impl(&Portable, &mut got, &q, &kv, scale, &mut scratch);
+                            assert_eq!(bits(&got), bits(&want), "portable: {what}");
+                            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+                            {
+                                if let Some(avx2) = x86::Avx2::detect() {
+                                    got.iter_mut().for_each(|v| *v = 9.0);
+                                    avx2.attention(&mut got, &q, &kv, scale, &mut scratch);
+                                    assert_eq!(bits(&got), bits(&want), "AVX2: {what}");
+                                }
+                                if let Some(avx512) = x86::Avx512::detect() {
+                                    got.iter_mut().for_each(|v| *v = 9.0);
+                                    avx512.attention(&mut got, &q, &kv, scale, &mut scratch);
+                                    assert_eq!(bits(&got), bits(&want), "AVX-512: {what}");
+                                }
+                            }
+                            assert!(want.iter().all(|v| v.is_finite()) && want.iter().any(|&v| v != 0.0), "{what}");
+                        }
+                    }
+                }
+                // out of range: no positions, and too little scratch: all zeros, as the reference
+                let mut out = std::vec![1.0f32; d];
+                assert!(cache.head(n_layer, 0, 5).is_empty() && cache.head(0, h, 5).is_empty());
+                attention(&mut out, &pseudo(d, 1), &cache.head(n_layer, 0, 5), 1.0, &mut [0.0; 8]);
+                assert!(out.iter().all(|&v| v == 0.0));
+                out.iter_mut().for_each(|v| *v = 1.0);
+                attention(&mut out, &pseudo(d, 1), &cache.head(0, 0, 5), 1.0, &mut [0.0; 4]);
+                assert!(out.iter().all(|&v| v == 0.0));
+                assert_eq!(cache.head(0, 0, cap + 9).len(), cap);
+            }
+        }
+    }
+
     // ---- The tutorial's worked example (V = 6, d = 3) ------------------------------------
 
     const W_E: [[f32; 3]; 6] = [
@@ -1276,7 +1568,7 @@ mod tests {
         }
         let mut z = [0.0f32; 3];
         let mut scratch = [0.0f32; 3];
-        attend_head(&mut z, 3, scale, &mut scratch, |s| dot_f32(&q, &h[s]), |s, p, out| axpy(out, p, &h[s]));
+        attention_ref(&mut z, 3, scale, &mut scratch, |s| dot_f32(&q, &h[s]), |s, p, out| axpy(out, p, &h[s]));
         // "to 0.01", as the tutorial states: it rounds the weights to 0.27/0.32/0.41 before
         // mixing, so its 0.47 is 0.4636 unrounded.
         for (got, want) in z.iter().zip([0.59, 0.47, 0.52]) {

@@ -11,7 +11,7 @@
 use half::f16;
 
 use crate::error::Error;
-use crate::kernels::{axpy, dot_f16, dot_f32_any, quantize_group_q8};
+use crate::kernels::{axpy, dot_f16, dot_f32, quantize_group_q8};
 
 /// Storage type of cached keys and values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,6 +33,150 @@ impl KvDType {
             KvDType::F16 => "f16",
             KvDType::I8 => "int8",
         }
+    }
+}
+
+/// One (layer, head)'s cached keys or values over positions `0..len`, as stored: position s is
+/// the `width` (= D) elements at `s · stride` of `data` (rows are `n_embd` wide; for the int8
+/// scales, width 1 and stride H). Made only by [`KvCache::head`], which keeps the invariant the
+/// kernels rely on: every row lies inside `data`.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadRows<'a, T> {
+    /// Exactly `(len - 1) · stride + width` elements (empty when `len` is 0).
+    data: &'a [T],
+    stride: usize,
+    width: usize,
+    len: usize,
+}
+
+impl<'a, T> HeadRows<'a, T> {
+    /// Rows `0..len` of `width` elements, `stride` apart, starting at `all[start]`; no rows
+    /// when they do not all fit in `all` or `stride < width`.
+    fn new(all: &'a [T], start: usize, stride: usize, width: usize, len: usize) -> Self {
+        match rows_range(all.len(), start, stride, width, len).and_then(|r| all.get(r)) {
+            Some(data) => Self { data, stride, width, len },
+            None => Self { data: &[], stride: stride.max(width).max(1), width, len: 0 },
+        }
+    }
+
+    /// Positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there are no positions.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Elements per position (D; 1 for scales).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Elements from one position's row to the next.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Row `s` (empty when `s ≥ len`).
+    #[inline(always)]
+    pub fn row(&self, s: usize) -> &'a [T] {
+        let row = if s < self.len { self.data.get(s * self.stride..) } else { None };
+        row.and_then(|r| r.get(..self.width)).unwrap_or(&[])
+    }
+
+    /// The rows in position order.
+    #[inline(always)]
+    pub fn rows(&self) -> impl Iterator<Item = &'a [T]> + 'a {
+        let width = self.width;
+        // `data` ends with the last row: exactly `len` chunks
+        self.data.chunks(self.stride).map(move |r| r.get(..width).unwrap_or(r))
+    }
+
+    /// The rows from position `s` on, in order.
+    #[inline(always)]
+    pub fn rows_from(&self, s: usize) -> impl Iterator<Item = &'a [T]> + 'a {
+        let width = self.width;
+        self.data.chunks(self.stride).skip(s).take(self.len.saturating_sub(s)).map(move |r| r.get(..width).unwrap_or(r))
+    }
+
+    /// The storage from row 0 on: row s is `s · stride .. s · stride + width` of it, inside it
+    /// for every `s < len` (SIMD kernels read rows through a pointer to it).
+    pub fn data(&self) -> &'a [T] {
+        self.data
+    }
+}
+
+impl<T: Copy> HeadRows<'_, T> {
+    /// The first element of each row (the int8 scales: one per position).
+    #[inline(always)]
+    pub fn firsts(&self) -> impl Iterator<Item = T> + '_ {
+        self.rows().map(|r| r.first().copied()).map_while(|v| v)
+    }
+}
+
+/// Where rows `0..len` of `width` elements, `stride` apart from `start`, lie in a buffer of `n`
+/// elements; None when they do not fit or `stride < width` (one copy for every element type).
+#[inline(never)]
+fn rows_range(n: usize, start: usize, stride: usize, width: usize, len: usize) -> Option<core::ops::Range<usize>> {
+    if stride < width || stride == 0 {
+        return None;
+    }
+    let span = match len {
+        0 => 0,
+        l => (l - 1).checked_mul(stride)?.checked_add(width)?,
+    };
+    let end = start.checked_add(span)?;
+    (end <= n).then_some(start..end)
+}
+
+/// Keys and values of one (layer, head) over positions `0..len` (see [`KvCache::head`]), as
+/// stored; [`crate::kernels::attention`] reads them.
+#[derive(Debug, Clone, Copy)]
+pub enum KvHead<'a> {
+    /// f32 keys and values.
+    F32 {
+        /// Keys, D per position.
+        keys: HeadRows<'a, f32>,
+        /// Values, D per position.
+        values: HeadRows<'a, f32>,
+    },
+    /// f16 keys and values.
+    F16 {
+        /// Keys, D per position.
+        keys: HeadRows<'a, f16>,
+        /// Values, D per position.
+        values: HeadRows<'a, f16>,
+    },
+    /// int8 keys and values, each position's D values times its scale.
+    I8 {
+        /// Keys, D per position.
+        keys: HeadRows<'a, i8>,
+        /// One scale per position (width 1).
+        key_scales: HeadRows<'a, f32>,
+        /// Values, D per position.
+        values: HeadRows<'a, i8>,
+        /// One scale per position (width 1).
+        value_scales: HeadRows<'a, f32>,
+    },
+}
+
+impl KvHead<'_> {
+    /// Positions (the same for keys, values and scales).
+    pub fn len(&self) -> usize {
+        match self {
+            KvHead::F32 { keys, values } => keys.len().min(values.len()),
+            KvHead::F16 { keys, values } => keys.len().min(values.len()),
+            KvHead::I8 { keys, key_scales, values, value_scales } => {
+                keys.len().min(values.len()).min(key_scales.len()).min(value_scales.len())
+            }
+        }
+    }
+
+    /// True when there are no positions.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -130,6 +274,37 @@ impl<'m> KvCache<'m> {
         (bytemuck::cast_slice::<f32, i8>(v), s)
     }
 
+    /// Keys and values of `head` in `layer` over positions `0..len` (clamped to the capacity;
+    /// no positions when `layer` or `head` is out of range): strided views of the storage, so
+    /// [`crate::kernels::attention`] walks the positions without a lookup per position.
+    pub fn head(&self, layer: usize, head: usize, len: usize) -> KvHead<'_> {
+        let (c, d, h, cap) = (self.n_embd, self.head_dim(), self.n_head, self.capacity);
+        // out of range: no positions (and offsets of layer 0, head 0, which cannot overflow)
+        let (layer, head, len) = if layer < self.n_layer && head < h { (layer, head, len.min(cap)) } else { (0, 0, 0) };
+        // first row of (layer, kv): (layer·2 + kv)·capacity (in range when len > 0, as layer is)
+        let row0 = |kv: usize| (layer * 2 + kv) * cap;
+        let at = |kv: usize| row0(kv) * c + head * d;
+        match self.dtype {
+            KvDType::F32 => KvHead::F32 {
+                keys: HeadRows::new(self.data, at(0), c, d, len),
+                values: HeadRows::new(self.data, at(1), c, d, len),
+            },
+            KvDType::F16 => {
+                let all = bytemuck::cast_slice::<f32, f16>(self.data);
+                KvHead::F16 { keys: HeadRows::new(all, at(0), c, d, len), values: HeadRows::new(all, at(1), c, d, len) }
+            }
+            KvDType::I8 => {
+                let (v, s) = self.i8_parts();
+                KvHead::I8 {
+                    keys: HeadRows::new(v, at(0), c, d, len),
+                    key_scales: HeadRows::new(s, row0(0) * h + head, h, 1, len),
+                    values: HeadRows::new(v, at(1), c, d, len),
+                    value_scales: HeadRows::new(s, row0(1) * h + head, h, 1, len),
+                }
+            }
+        }
+    }
+
     /// Stores the key and value rows (C each) of `layer` at `pos` (ignored if out of range).
     pub fn store(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
         let (c, d, h) = (self.n_embd, self.head_dim(), self.n_head);
@@ -161,14 +336,16 @@ impl<'m> KvCache<'m> {
         }
     }
 
-    /// `q · key[layer, pos, head]` (q is D wide); 0 when out of range.
+    /// `q · key[layer, pos, head]` (q is D wide); 0 when out of range. One position at a time:
+    /// with [`KvCache::add_value`], the naive reference for [`crate::kernels::attention`]
+    /// (which reads [`KvCache::head`] and must give the same bits).
     #[inline]
     pub fn score(&self, layer: usize, pos: usize, head: usize, q: &[f32]) -> f32 {
         let (c, d) = (self.n_embd, self.head_dim());
         let Some(row) = self.row(layer, 0, pos) else { return 0.0 };
         let r = row * c + head * d..row * c + (head + 1) * d;
         match self.dtype {
-            KvDType::F32 => dot_f32_any(q, self.data.get(r).unwrap_or(&[])),
+            KvDType::F32 => dot_f32(q, self.data.get(r).unwrap_or(&[])),
             KvDType::F16 => dot_f16(bytemuck::cast_slice::<f32, f16>(self.data).get(r).unwrap_or(&[]), q),
             KvDType::I8 => {
                 let (v, s) = self.i8_parts();
@@ -179,7 +356,7 @@ impl<'m> KvCache<'m> {
         }
     }
 
-    /// `out += p · value[layer, pos, head]` (out is D wide).
+    /// `out += p · value[layer, pos, head]` (out is D wide); see [`KvCache::score`].
     #[inline]
     pub fn add_value(&self, layer: usize, pos: usize, head: usize, p: f32, out: &mut [f32]) {
         let (c, d) = (self.n_embd, self.head_dim());
@@ -203,7 +380,7 @@ impl<'m> KvCache<'m> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::attend_head;
+    use crate::kernels::attention_ref;
 
     #[test]
     fn too_small_buffer_is_reported_with_numbers() {
@@ -234,7 +411,7 @@ mod tests {
             let mut scores = [0.0f32; 3];
             let c = &cache;
             let scale = 1.0 / libm::sqrtf(3.0);
-            attend_head(&mut z, 3, scale, &mut scores, |s| c.score(0, s, 0, &h[2]), |s, p, o| c.add_value(0, s, 0, p, o));
+            attention_ref(&mut z, 3, scale, &mut scores, |s| c.score(0, s, 0, &h[2]), |s, p, o| c.add_value(0, s, 0, p, o));
             // to 0.01, as the tutorial states (it mixes with weights rounded to two places)
             for (got, want) in z.iter().zip([0.59, 0.47, 0.52]) {
                 assert!((got - want).abs() < 0.01, "{dtype:?}: z {got} vs {want}");

@@ -292,18 +292,10 @@ impl<'a> Session<'a> {
             if cfg.scale_attn_by_inverse_layer_idx {
                 scale /= (l + 1) as f32;
             }
-            let cache = &self.cache;
+            // (token t at position p0 + t sees positions 0..=p0 + t)
             for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
-                for (h, out_h) in out.chunks_exact_mut(d).enumerate().take(n_head) {
-                    let q = row.get(h * d..(h + 1) * d).unwrap_or(&[]);
-                    kernels::attend_head(
-                        out_h,
-                        p0 + t + 1,
-                        scale,
-                        scores,
-                        |s| cache.score(l, s, h, q),
-                        |s, p, o| cache.add_value(l, s, h, p, o),
-                    );
+                for (h, (q, out_h)) in row.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(n_head).enumerate() {
+                    kernels::attention(out_h, q, &self.cache.head(l, h, p0 + t + 1), scale, scores);
                 }
             }
             // attn.c_proj, then the residual: x += attn · W_projᵀ + b

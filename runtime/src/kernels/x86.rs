@@ -10,7 +10,8 @@ use half::f16;
 
 mod amx;
 
-use super::{linear_impl, quantize_rows, reduce, Dots, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
+use super::{attention_impl, linear_impl, quantize_rows, reduce, Attend, Dots, KvElem, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
+use crate::kv_cache::{HeadRows, KvHead};
 
 pub(super) fn has_avx512f() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")
@@ -40,6 +41,17 @@ impl Avx2 {
         // SAFETY: as above.
         unsafe { softmax_avx2(x) }
     }
+
+    /// [`super::attention`] with AVX2 f32 key dots (see [`Attend for Avx2`](Avx2)).
+    pub(super) fn attention(&self, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { attention_avx2(self, out, q, kv, scale, scores) }
+    }
+}
+
+#[target_feature(enable = "avx2")]
+fn attention_avx2(d: &Avx2, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    attention_impl(d, out, q, kv, scale, scores)
 }
 
 /// Proof that the CPU has AVX-512F and AVX-512BW: made only by [`Avx512::detect`].
@@ -55,10 +67,10 @@ impl Avx512 {
         unsafe { linear_avx512(self, out, x, w, bias, acc, scratch) }
     }
 
-    /// [`super::axpy`] (elementwise, so the same bits at any width).
-    pub(super) fn axpy(&self, out: &mut [f32], p: f32, v: &[f32]) {
+    /// [`super::attention`] with AVX-512 loops (see [`Attend for Avx512`](Avx512)).
+    pub(super) fn attention(&self, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
         // SAFETY: as above.
-        unsafe { axpy_avx512(out, p, v) }
+        unsafe { attention_avx512(self, out, q, kv, scale, scores) }
     }
 
     /// [`super::math::gelu_tanh_slice`] (elementwise, so the same bits at any width).
@@ -74,9 +86,9 @@ impl Avx512 {
     }
 }
 
-#[target_feature(enable = "avx512f")]
-fn axpy_avx512(out: &mut [f32], p: f32, v: &[f32]) {
-    super::axpy_portable(out, p, v)
+#[target_feature(enable = "avx512f,avx512bw")]
+fn attention_avx512(d: &Avx512, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    attention_impl(d, out, q, kv, scale, scores)
 }
 
 // The elementwise math (`kernels/math.rs`) and softmax: the portable code, inlined into builds
@@ -161,15 +173,14 @@ impl Dots for Avx512 {
     }
 }
 
-/// A weight element the AVX-512 kernels read: f32 as is, f16 widened (exactly, so the
-/// products are the portable ones).
-trait Weight: Copy {
-    /// 16 weights as f32.
+/// An element the AVX-512 kernels read (weights, KV cache): f32 as is, f16 and i8 widened
+/// (exactly, so the products are the portable ones).
+trait Weight: KvElem {
+    /// 16 elements as f32.
     ///
     /// # Safety
     /// `p` must be readable for 16 elements and the CPU must have AVX-512F.
     unsafe fn load16(p: *const Self) -> __m512;
-    fn widen(self) -> f32;
 }
 
 impl Weight for f32 {
@@ -177,10 +188,6 @@ impl Weight for f32 {
     unsafe fn load16(p: *const Self) -> __m512 {
         // SAFETY: the caller guarantees 64 readable bytes and AVX-512F.
         unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
     }
 }
 
@@ -190,9 +197,13 @@ impl Weight for f16 {
         // SAFETY: the caller guarantees 32 readable bytes and AVX-512F.
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
     }
+}
+
+impl Weight for i8 {
     #[inline(always)]
-    fn widen(self) -> f32 {
-        self.to_f32()
+    unsafe fn load16(p: *const Self) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable bytes and AVX-512F.
+        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))) }
     }
 }
 
@@ -327,6 +338,332 @@ fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
         _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
     }
     finish(lanes, ra, rb)
+}
+
+// ---- attention (f32 / f16 / int8 KV cache) ---------------------------------------------------
+//
+// [`super::attention`]'s loops with the order of operations it documents: the scores take
+// sixteen positions at a time (f32/f16: one vector of lane sums per position, then the sixteen
+// reduction trees run side by side; int8: one position per lane, each lane summing its
+// position's products in order), the values keep up to 64 output elements in registers while
+// they walk the positions.
+
+/// AVX2: the f32 key dots on two 8-lane registers ([`dot_f32_avx2`], the portable lanes and
+/// tree); the rest is the portable code compiled for AVX2.
+impl Attend for Avx2 {
+    #[inline(always)]
+    fn softmax(&self, x: &mut [f32]) {
+        super::softmax_portable(x) // built for AVX2 here: what `softmax` dispatches to
+    }
+    #[inline(always)]
+    fn scores_f32(&self, q: &[f32], keys: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
+        for (x, k) in scores.iter_mut().zip(keys.rows()) {
+            // SAFETY: an Avx2 exists only when the CPU has AVX2.
+            *x = unsafe { dot_f32_avx2(q, k) } * scale;
+        }
+    }
+}
+
+impl Attend for Avx512 {
+    #[inline(always)]
+    fn softmax(&self, x: &mut [f32]) {
+        super::softmax_portable(x) // built for AVX-512 here: what `softmax` dispatches to
+    }
+    #[inline(always)]
+    fn scores_f32(&self, q: &[f32], keys: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
+        // SAFETY: an Avx512 exists only when the CPU has AVX-512F/BW.
+        unsafe { scores_avx512(q, keys, scale, scores) }
+    }
+    #[inline(always)]
+    fn scores_f16(&self, q: &[f32], keys: &HeadRows<'_, f16>, scale: f32, scores: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { scores_avx512(q, keys, scale, scores) }
+    }
+    #[inline(always)]
+    fn scores_i8(&self, q: &[f32], keys: &HeadRows<'_, i8>, key_scales: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { scores_i8_avx512(q, keys, key_scales, scale, scores) }
+    }
+    #[inline(always)]
+    fn mix_f32(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f32>) {
+        // SAFETY: as above.
+        unsafe { mix_avx512(out, weights, values) }
+    }
+    #[inline(always)]
+    fn mix_f16(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
+        // SAFETY: as above.
+        unsafe { mix_avx512(out, weights, values) }
+    }
+    #[inline(always)]
+    fn mix_i8(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, i8>) {
+        // SAFETY: as above.
+        unsafe { mix_avx512(out, weights, values) }
+    }
+}
+
+/// One query against f32/f16 key rows: `q` split into full vectors and a zero-padded tail.
+struct Query<'a> {
+    chunks: &'a [[f32; LANES]],
+    tail: __m512,
+    /// Lanes of the tail (`D % 16`).
+    rem: usize,
+}
+
+impl Query<'_> {
+    /// The 16 lane sums [`super::dot_f32`] / [`super::dot_f16`] build for `q · row` before
+    /// their reduction tree: lane i adds the products of elements i, i + 16, … in order, then
+    /// (lanes below `rem` only) its tail product.
+    ///
+    /// # Safety
+    /// `row` must be readable for `16 · chunks.len() + rem` elements.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn lane_sums<W: Weight>(&self, row: *const W) -> __m512 {
+        let mut acc = _mm512_setzero_ps();
+        for (c, qc) in self.chunks.iter().enumerate() {
+            // SAFETY: element 16c + 15 < 16 · chunks.len() (the caller's range); qc is [f32; 16].
+            let (vk, vq) = unsafe { (W::load16(row.add(LANES * c)), _mm512_loadu_ps(qc.as_ptr())) };
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(vq, vk));
+        }
+        if self.rem > 0 {
+            let mut k = [0.0f32; LANES];
+            for (j, k) in k.iter_mut().enumerate().take(self.rem) {
+                // SAFETY: element 16 · chunks.len() + j, j < rem, is in the caller's range.
+                *k = unsafe { *row.add(LANES * self.chunks.len() + j) }.widen();
+            }
+            // SAFETY: k is [f32; 16].
+            let vk = unsafe { _mm512_loadu_ps(k.as_ptr()) };
+            let mask = ((1u32 << self.rem) - 1) as __mmask16;
+            acc = _mm512_mask_add_ps(acc, mask, acc, _mm512_mul_ps(self.tail, vk));
+        }
+        acc
+    }
+}
+
+/// `scores[s] = dot(q, keys[s]) · scale` with the lane sums and reduction tree of
+/// [`super::dot_f32`] (f32) / [`super::dot_f16`] (f16), bit for bit.
+#[target_feature(enable = "avx512f")]
+fn scores_avx512<W: Weight>(q: &[f32], keys: &HeadRows<'_, W>, scale: f32, scores: &mut [f32]) {
+    let d = keys.width().min(q.len());
+    let n = keys.len().min(scores.len());
+    let (chunks, tail) = q.get(..d).unwrap_or(&[]).as_chunks::<LANES>();
+    let mut padded = [0.0f32; LANES];
+    padded.iter_mut().zip(tail).for_each(|(p, &t)| *p = t);
+    // SAFETY: padded is [f32; 16].
+    let query = Query { chunks, tail: unsafe { _mm512_loadu_ps(padded.as_ptr()) }, rem: tail.len() };
+    let (base, stride) = (keys.data().as_ptr(), keys.stride());
+    // SAFETY (every `lane_sums(row(s))` below): s < n ≤ keys.len(), so row s (width ≥ d
+    // elements at s · stride) lies inside keys.data() (the HeadRows invariant).
+    let row = |s: usize| base.wrapping_add(s * stride);
+    let scale16 = _mm512_set1_ps(scale);
+    let (blocks, rest) = scores.get_mut(..n).unwrap_or(&mut []).as_chunks_mut::<LANES>();
+    for (b, out) in blocks.iter_mut().enumerate() {
+        let s0 = b * LANES;
+        // the trees of positions s0..s0+16 side by side: after step k, each vector holds
+        // 2^k positions' partial sums (see `tree_*`)
+        let mut halves = [_mm512_setzero_ps(); 8];
+        for (m, h) in halves.iter_mut().enumerate() {
+            // SAFETY: see above (s0 + 2m + 1 < n).
+            let (a, b) = unsafe { (query.lane_sums(row(s0 + 2 * m)), query.lane_sums(row(s0 + 2 * m + 1))) };
+            *h = tree_8(a, b);
+        }
+        let [h0, h1, h2, h3, h4, h5, h6, h7] = halves;
+        let (q0, q1, q2, q3) = (tree_4(h0, h1), tree_4(h2, h3), tree_4(h4, h5), tree_4(h6, h7));
+        let sums = tree_1(tree_2(q0, q1), tree_2(q2, q3));
+        let sums = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sums);
+        // SAFETY: out is [f32; 16].
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(sums, scale16)) };
+    }
+    let done = blocks.len() * LANES;
+    for (s, x) in rest.iter_mut().enumerate() {
+        // SAFETY: see above (done + s < n).
+        *x = reduce512(unsafe { query.lane_sums(row(done + s)) }) * scale;
+    }
+}
+
+// The reduction tree of `reduce` (lane i += lane i + 8, then + 4, + 2, + 1) on sixteen vectors
+// of lane sums at once. IEEE addition is commutative, so each sum is the portable one.
+
+/// Step 1 for positions a and b: lanes 0–7 = `a[i] + a[i + 8]`, lanes 8–15 = `b[i] + b[i + 8]`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn tree_8(a: __m512, b: __m512) -> __m512 {
+    _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
+}
+
+/// Step 2 for the four positions of `a` (two) and `b` (two): 128-bit lane k holds position k's
+/// four sums `x[i] + x[i + 4]`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn tree_4(a: __m512, b: __m512) -> __m512 {
+    _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b))
+}
+
+/// Step 3: in each 128-bit lane, [x0 + x2, x1 + x3] of `a`'s position, then of `b`'s.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn tree_2(a: __m512, b: __m512) -> __m512 {
+    _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
+}
+
+/// Step 4: in each 128-bit lane k, the totals x0 + x1 of four positions; element 4k + j holds
+/// position k + 4j of the sixteen (the caller permutes them into order).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn tree_1(a: __m512, b: __m512) -> __m512 {
+    _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xDD>(a, b))
+}
+
+/// int8 keys: `scores[s] = (Σ_i q_i · k_s,i) · key_scale_s · scale`, the sum sequential in i
+/// from -0.0 like the portable `Iterator::sum`. Sixteen positions per vector, one per lane, so
+/// each lane's additions are the portable ones in the portable order; two such blocks at a time
+/// (32 positions), so that two chains of dependent additions are in flight.
+#[target_feature(enable = "avx512f")]
+fn scores_i8_avx512(q: &[f32], keys: &HeadRows<'_, i8>, key_scales: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
+    let d = keys.width().min(q.len());
+    let n = keys.len().min(key_scales.len()).min(scores.len());
+    let (q, scores) = (q.get(..d).unwrap_or(&[]), scores.get_mut(..n).unwrap_or(&mut []));
+    // the gather offsets p · stride (p < 16) must fit an i32; otherwise (no real model) portable
+    let Some(stride32) = i32::try_from(keys.stride()).ok().filter(|&s| s <= i32::MAX / LANES as i32) else {
+        return super::Portable.scores_i8(q, keys, key_scales, scale, scores);
+    };
+    let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(stride32));
+    let rows = I8Rows { base: keys.data().as_ptr(), stride: keys.stride(), q, offsets };
+    let mut ks = key_scales.firsts();
+    let mut finish = |acc: __m512, out: &mut [f32; LANES]| {
+        let mut scales = [0.0f32; LANES];
+        scales.iter_mut().zip(ks.by_ref()).for_each(|(s, k)| *s = k);
+        // SAFETY: scales and out are [f32; 16] (AVX-512F: this function's feature).
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(_mm512_mul_ps(acc, _mm512_loadu_ps(scales.as_ptr())), _mm512_set1_ps(scale))) };
+    };
+    let (blocks, rest) = scores.as_chunks_mut::<LANES>();
+    let pairs = blocks.as_chunks_mut::<2>();
+    for (b, [o0, o1]) in pairs.0.iter_mut().enumerate() {
+        // SAFETY: positions 32b..32b + 32 ≤ n (HeadRows invariant: their rows are inside).
+        let [a0, a1] = unsafe { rows.sums::<2>(32 * b) };
+        finish(a0, o0);
+        finish(a1, o1);
+    }
+    let done = pairs.0.len() * 2 * LANES;
+    if let Some(o) = pairs.1.first_mut() {
+        // SAFETY: positions done..done + 16 ≤ n.
+        let [a] = unsafe { rows.sums::<1>(done) };
+        finish(a, o);
+    }
+    // the last n % 16 positions one by one, as the portable code does
+    let done = n - rest.len();
+    for ((x, k), s) in rest.iter_mut().zip(keys.rows_from(done)).zip(ks) {
+        let dot: f32 = q.iter().zip(k).map(|(&a, &b)| a * b as f32).sum();
+        *x = dot * s * scale;
+    }
+}
+
+/// int8 key rows and the query of a [`scores_i8_avx512`] call.
+struct I8Rows<'a> {
+    /// Row 0 (`HeadRows::data`).
+    base: *const i8,
+    stride: usize,
+    /// D elements.
+    q: &'a [f32],
+    /// `p · stride` in lane p.
+    offsets: __m512i,
+}
+
+impl I8Rows<'_> {
+    /// The unscaled sums `Σ_i q_i · k_s,i` (in order of i, from -0.0) of positions
+    /// `s0 + 16b + p` in lane p of vector b: elements four at a time by gathering four bytes of
+    /// each of the sixteen rows, then the last `D % 4` one by one.
+    ///
+    /// # Safety
+    /// Positions `s0..s0 + 16B` must have their rows (D elements) inside the keys.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sums<const B: usize>(&self, s0: usize) -> [__m512; B] {
+        let Self { base, stride, q, offsets } = *self;
+        let rows: [*const i8; B] = core::array::from_fn(|b| base.wrapping_add((s0 + LANES * b) * stride));
+        let mut acc = [_mm512_set1_ps(-0.0); B];
+        let (quads, tail) = q.as_chunks::<4>();
+        for (c, q4) in quads.iter().enumerate() {
+            for (a, &r) in acc.iter_mut().zip(&rows) {
+                // SAFETY: bytes 4c..4c + 4 ≤ D of the sixteen rows at r + p · stride (the
+                // caller's contract); a gather reads unaligned dwords.
+                let g = unsafe { _mm512_i32gather_epi32::<1>(offsets, r.wrapping_add(4 * c).cast()) };
+                // byte j of each lane, sign-extended: shifted to the top, then arithmetically down
+                let k = [
+                    _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(g)),
+                    _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(g)),
+                    _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(g)),
+                    _mm512_srai_epi32::<24>(g),
+                ];
+                for (k, &qi) in k.into_iter().zip(q4) {
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(_mm512_set1_ps(qi), _mm512_cvtepi32_ps(k)));
+                }
+            }
+        }
+        for (j, &qi) in tail.iter().enumerate() {
+            for (a, &r) in acc.iter_mut().zip(&rows) {
+                let mut col = [0.0f32; LANES];
+                for (p, c) in col.iter_mut().enumerate() {
+                    // SAFETY: element 4 · quads.len() + j < D of row p (the caller's contract).
+                    *c = f32::from(unsafe { *r.wrapping_add(p * stride + 4 * quads.len() + j) });
+                }
+                // SAFETY: col is [f32; 16].
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(_mm512_set1_ps(qi), unsafe { _mm512_loadu_ps(col.as_ptr()) }));
+            }
+        }
+        acc
+    }
+}
+
+/// `out_i = Σ_s weights[s] · values[s]_i` in order of s, from 0: blocks of up to 64 elements
+/// whose sums stay in four registers across all positions, then the last `D % 16` elements.
+#[target_feature(enable = "avx512f")]
+fn mix_avx512<W: Weight>(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, W>) {
+    out.iter_mut().for_each(|o| *o = 0.0);
+    let d = values.width().min(out.len());
+    let n = weights.len().min(values.len());
+    let weights = weights.get(..n).unwrap_or(&[]);
+    let (chunks, tail) = out.get_mut(..d).unwrap_or(&mut []).as_chunks_mut::<LANES>();
+    let (base, stride) = (values.data().as_ptr(), values.stride());
+    let done = chunks.len() / 4 * 4;
+    let mut quads = chunks.chunks_exact_mut(4);
+    for (b, o) in quads.by_ref().enumerate() {
+        // SAFETY: elements 64b..64b+64 ≤ d ≤ width of rows s < n ≤ values.len() lie inside
+        // values.data() (the HeadRows invariant).
+        unsafe { mix_block::<W, 4>(o, weights, base.wrapping_add(4 * LANES * b), stride) };
+    }
+    for (c, o) in quads.into_remainder().iter_mut().enumerate() {
+        // SAFETY: as above, elements 16(done + c)..+16 ≤ d.
+        unsafe { mix_block::<W, 1>(core::slice::from_mut(o), weights, base.wrapping_add(LANES * (done + c)), stride) };
+    }
+    let done = d - tail.len();
+    for (&w, row) in weights.iter().zip(values.rows()) {
+        for (o, &v) in tail.iter_mut().zip(row.get(done..).unwrap_or(&[])) {
+            *o += w * v.widen();
+        }
+    }
+}
+
+/// `out` (N vectors) = `Σ_s weights[s]` · the 16N elements at `col + s · stride`, in order of s.
+///
+/// # Safety
+/// For every s < weights.len(), `col + s · stride` must be readable for 16N elements.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn mix_block<W: Weight, const N: usize>(out: &mut [[f32; LANES]], weights: &[f32], col: *const W, stride: usize) {
+    let mut acc = [_mm512_setzero_ps(); N];
+    for (s, &w) in weights.iter().enumerate() {
+        let (w, row) = (_mm512_set1_ps(w), col.wrapping_add(s * stride));
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: elements 16k..16k+16 < 16N of row s (the caller's contract).
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, unsafe { W::load16(row.add(LANES * k)) }));
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: o is [f32; 16].
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
 }
 
 #[cfg(test)]
