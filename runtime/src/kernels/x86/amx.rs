@@ -34,9 +34,10 @@ use core::mem::MaybeUninit;
 pub(super) const TILE: usize = 16;
 /// Values per group: one tile's K.
 const GROUP: usize = 32;
-/// Widest matrix row (`cols`) this path takes: its buffers live on the stack (about
-/// 82 · MAX_COLS bytes: 64 tokens of re-laid activations and their scales, one block of
-/// 16 unpacked or padded weight rows).
+/// Widest matrix row (`cols`) this path takes: its buffers live on the stack, 88 · MAX_COLS
+/// bytes (352 KiB: 64 tokens of re-laid activations and their scales, one block of 16
+/// unpacked or padded weight rows), plus 24 KiB of sums and lane accumulators; wider rows
+/// take the VNNI path.
 pub(super) const MAX_COLS: usize = 4096;
 /// Token tiles re-laid at a time.
 const CHUNK_TILES: usize = 4;
