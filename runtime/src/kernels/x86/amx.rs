@@ -105,7 +105,6 @@ pub(super) struct Weights<'a> {
     pub q4: bool,
     pub data: &'a [u8],
     pub scales: &'a [f32],
-    pub row_bytes: usize,
     pub rows: usize,
     pub cols: usize,
 }
@@ -115,13 +114,14 @@ pub(super) struct Weights<'a> {
 ///
 /// # Safety
 /// AMX must be [`available`] (so AVX-512F/BW is there); `cols % 32 == 0` (q4: `% 128`),
-/// `cols ≤ MAX_COLS`; `w.data`/`w.scales` hold `rows` rows (`row_bytes` = cols or cols / 2
+/// `cols ≤ MAX_COLS`; `w.data`/`w.scales` hold `rows` rows (cols bytes, q4 cols / 2
 /// bytes, and `cols / 32` scales each); `q` holds `tokens · cols` values (q4: in `Q4Pairs`
 /// order) and `xs` `tokens · cols / 32` scales; `out` holds `tokens · rows` floats.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn linear(out: &mut [f32], w: &Weights<'_>, q: &[i8], xs: &[f32], tokens: usize, bias: &[f32], accumulate: bool) {
     let (rows, cols) = (w.rows, w.cols);
     let gpr = cols / GROUP;
+    let row_bytes = if w.q4 { cols / 2 } else { cols };
     // up to 64 tokens re-laid: tile i, dword d, token n at [i][d][n]; scales at [i][g][n]
     let mut acts = MaybeUninit::<[u32; CHUNK_TILES * MAX_COLS / 4 * TILE]>::uninit();
     let mut act_scales = MaybeUninit::<[f32; CHUNK_TILES * MAX_COLS / GROUP * TILE]>::uninit();
@@ -145,16 +145,16 @@ pub(super) unsafe fn linear(out: &mut [f32], w: &Weights<'_>, q: &[i8], xs: &[f3
             let nr = (rows - r0).min(TILE);
             // SAFETY: rows r0..r0+nr are inside w.data; wbuf holds 16 · cols bytes.
             let (a, stride) = unsafe {
-                let row = w.data.as_ptr().add(r0 * w.row_bytes);
+                let row = w.data.as_ptr().add(r0 * row_bytes);
                 if w.q4 {
-                    unpack_q4(row, w.row_bytes, nr, cols, wbuf);
+                    unpack_q4(row, row_bytes, nr, cols, wbuf);
                     (wbuf.cast_const(), cols)
                 } else if nr < TILE {
                     core::ptr::copy_nonoverlapping(row.cast::<i8>(), wbuf, nr * cols);
                     core::ptr::write_bytes(wbuf.add(nr * cols), 0, (TILE - nr) * cols);
                     (wbuf.cast_const(), cols)
                 } else {
-                    (row.cast::<i8>(), w.row_bytes)
+                    (row.cast::<i8>(), row_bytes)
                 }
             };
             // SAFETY: rows r0..r0+nr have gpr scales each.
