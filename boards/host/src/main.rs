@@ -13,7 +13,7 @@ use host_tools::plan::{KvArg, Plan, Target};
 use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::tokenizer::{Tokenizer, Utf8Stream};
-use runtime::{KvDType, Model, Session, SessionSizes};
+use runtime::{KvCache, KvDType, Model, Session, SessionSizes};
 
 /// The default model shipped in the repository.
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
@@ -584,6 +584,17 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
         bandwidth / 1e9,
         bandwidth / bytes,
         100.0 * bytes * d / bandwidth
+    );
+    // Attention reads the keys and values of every position so far: decode step i (from 0)
+    // attends to prompt_len + i + 1 positions, so the mean over the n steps is this.
+    let positions = prompt_len as f64 + (n as f64 + 1.0) / 2.0;
+    let kv_per_position = 4 * KvCache::required_len(kv, cfg.n_layer(), 1, cfg.n_embd(), cfg.n_head());
+    let kv_bytes = positions * kv_per_position as f64;
+    println!(
+        "KV cache bytes read per decoded token: {:.1} MB (mean over {n} steps)  -> with the weights, decode bound {:.1} tok/s, decode reaches {:.0}% of it",
+        kv_bytes / 1e6,
+        bandwidth / (bytes + kv_bytes),
+        100.0 * (bytes + kv_bytes) * d / bandwidth
     );
     Ok(())
 }
