@@ -990,8 +990,9 @@ impl RowQuant {
         let Self { q4, cols, gpr, q, xs, sums } = *self;
         let shift = _mm512_set1_epi32(if q4 { 3 } else { 7 }); // offset K = 8 (q4) or 128 (q8)
         let mut acc = [_mm512_setzero_ps(); NT];
-        for g0 in (0..gpr).step_by(16) {
-            let ng = (gpr - g0).min(16);
+        // one block of ng ≤ 16 groups from group g0; called with a constant 16 for the full
+        // blocks, so that their chunk loops unroll without a test per chunk
+        let mut block = |g0: usize, ng: usize| {
             let mask: __mmask16 = ((1u32 << ng) - 1) as u16;
             // SAFETY (the raw reads of this block): groups g0..g0+ng are inside the row and
             // inside each token's activations (the caller's contract).
@@ -1016,6 +1017,13 @@ impl RowQuant {
                 let term = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, sx));
                 *a = _mm512_mask_add_ps(*a, mask, *a, term);
             }
+        };
+        let full = gpr / 16 * 16;
+        for g0 in (0..full).step_by(16) {
+            block(g0, 16);
+        }
+        if full < gpr {
+            block(full, gpr - full);
         }
         acc.map(|a| reduce512(a))
     }
