@@ -769,7 +769,7 @@ mod tests {
             std::eprintln!("no AMX here: test skipped");
             return;
         }
-        quant_linear_matches_portable(11, &[(16, 128), (33, 768), (48, 640), (17, 3072), (32, 1152)], &[8, 16, 21, 37]);
+        quant_linear_matches_portable(11, &[(16, 128), (40, 256), (33, 768), (48, 640), (17, 3072), (32, 1152)], &[8, 16, 21, 37]);
     }
 
     /// `linear_quant_vnni` (which takes AMX for prefill where the CPU has it) against the
