@@ -134,11 +134,22 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
             return d.linear(out, x, w, bias, accumulate, scratch);
         }
     }
+    // 64-bit Arm: q8/q4 with SDOT where the CPU has it (kernels/aarch64.rs); the rest, and
+    // CPUs without it, take the portable loop (which the compiler vectorises to NEON).
+    // SAFETY: the CPU has SDOT (checked at run time).
+    #[cfg(all(feature = "std", target_arch = "aarch64"))]
+    if aarch64::has_sdot() && unsafe { aarch64::linear_quant_sdot(out, x, w, bias, accumulate, scratch) } {
+        return;
+    }
     linear_impl(&Portable, out, x, w, bias, accumulate, scratch);
 }
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod x86;
+
+/// 64-bit Arm: q8/q4 [`linear`] with the `SDOT` dot-product instruction, chosen at run time.
+#[cfg(all(feature = "std", target_arch = "aarch64"))]
+mod aarch64;
 
 pub mod math;
 
@@ -334,7 +345,7 @@ pub(crate) struct QuantRows<'s> {
     pub scales: &'s [f32],
     /// Sum of the int8 values of each group `[T, cols/group]` (for kernels that offset the
     /// weights to unsigned bytes; one add per value to keep).
-    #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
+    #[cfg_attr(not(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64"))), allow(dead_code))]
     pub sums: &'s [i32],
     /// [`QuantOrder::Pairs16`] and [`QuantOrder::Nibbles16`] only (then `q` and `sums` are
     /// empty): the values as int16 pairs, `[T, cols/2]` words (`[T, cols/2 + groups]` for
@@ -1362,12 +1373,12 @@ mod tests {
         assert!(q[..8].iter().all(|&v| v == 0));
     }
 
-    /// A q8/q4 `linear` build (`kernel`: x86's VNNI/AMX) against the portable
+    /// A q8/q4 `linear` build (`kernel`: x86's VNNI/AMX, aarch64's SDOT) against the portable
     /// kernel, bit for bit, on random q8 and q4 matrices (group 32) of each shape (one group
     /// holding a large weight, one token a large activation) for each token count, with bias,
     /// with and without accumulate. `takes(q4, cols)` says which shapes the kernel must accept;
     /// the others it must decline (return false) without writing anything.
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    #[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
     pub(in crate::kernels) fn quant_linear_matches_portable(
         seed: u32,
         shapes: &[(usize, usize)],
