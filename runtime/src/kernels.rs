@@ -134,11 +134,22 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
             return d.linear(out, x, w, bias, accumulate, scratch);
         }
     }
+    // 64-bit Arm: q8/q4 with SDOT where the CPU has it (kernels/aarch64.rs); the rest, and
+    // CPUs without it, take the portable loop (which the compiler vectorises to NEON).
+    // SAFETY: the CPU has SDOT (checked at run time).
+    #[cfg(all(feature = "std", target_arch = "aarch64"))]
+    if aarch64::has_sdot() && unsafe { aarch64::linear_quant_sdot(out, x, w, bias, accumulate, scratch) } {
+        return;
+    }
     linear_impl(&Portable, out, x, w, bias, accumulate, scratch);
 }
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod x86;
+
+/// 64-bit Arm: q8/q4 [`linear`] with the `SDOT` dot-product instruction, chosen at run time.
+#[cfg(all(feature = "std", target_arch = "aarch64"))]
+mod aarch64;
 
 pub mod math;
 
@@ -334,7 +345,7 @@ pub(crate) struct QuantRows<'s> {
     pub scales: &'s [f32],
     /// Sum of the int8 values of each group `[T, cols/group]` (for kernels that offset the
     /// weights to unsigned bytes; one add per value to keep).
-    #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
+    #[cfg_attr(not(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64"))), allow(dead_code))]
     pub sums: &'s [i32],
     /// [`QuantOrder::Pairs16`] and [`QuantOrder::Nibbles16`] only (then `q` and `sums` are
     /// empty): the values as int16 pairs, `[T, cols/2]` words (`[T, cols/2 + groups]` for
@@ -1393,6 +1404,59 @@ mod tests {
         // all-zero group: scale 0, values 0, no NaN
         assert_eq!(quantize_group_q8(&[0.0; 8], &mut q[..8]), 0.0);
         assert!(q[..8].iter().all(|&v| v == 0));
+    }
+
+    /// A q8/q4 `linear` build (`kernel`: x86's VNNI/AMX, aarch64's SDOT) against the portable
+    /// kernel, bit for bit, on random q8 and q4 matrices (group 32) of each shape (one group
+    /// holding a large weight, one token a large activation) for each token count, with bias,
+    /// with and without accumulate. `takes(q4, cols)` says which shapes the kernel must accept;
+    /// the others it must decline (return false) without writing anything.
+    #[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub(in crate::kernels) fn quant_linear_matches_portable(
+        seed: u32,
+        shapes: &[(usize, usize)],
+        token_counts: &[usize],
+        takes: impl Fn(bool, usize) -> bool,
+        kernel: impl Fn(&mut [f32], &[f32], &Matrix<'_>, &[f32], bool, &mut [f32]) -> bool,
+    ) {
+        let mut seed = seed;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((seed >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
+        };
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        for &(rows, cols) in shapes {
+            let mut w: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
+            w[5] = 10.0; // a group with one large weight: the rest quantize to small values
+            let bias: Vec<f32> = (0..rows).map(|_| rnd()).collect();
+            let mut q8 = std::vec![0i8; rows * cols];
+            let s8: Vec<f32> = w.chunks(32).zip(q8.chunks_mut(32)).map(|(a, q)| quantize_group_q8(a, q)).collect();
+            let mut q4 = std::vec![0u8; rows * cols / 2];
+            let s4: Vec<f32> = w.chunks(32).zip(q4.chunks_mut(16)).map(|(a, q)| quantize_group_q4(a, q)).collect();
+            let m8 = Matrix { rows, cols, data: MatrixData::Q8 { values: &q8, scales: &s8, group: 32 } };
+            let m4 = Matrix { rows, cols, data: MatrixData::Q4 { packed: &q4, scales: &s4, group: 32 } };
+            for &tokens in token_counts {
+                let mut x: Vec<f32> = (0..tokens * cols).map(|_| rnd() * 3.0).collect();
+                x[1] = -50.0;
+                for m in [&m8, &m4] {
+                    let is_q4 = matches!(m.data, MatrixData::Q4 { .. });
+                    let what = std::format!("rows {rows} cols {cols} tokens {tokens} q4 {is_q4}");
+                    for accumulate in [false, true] {
+                        let mut scratch = std::vec![0.0f32; tokens * quant_scratch_len(cols, 32)];
+                        let mut fast = std::vec![0.5f32; tokens * rows];
+                        let mut slow = fast.clone();
+                        if !takes(is_q4, cols) {
+                            assert!(!kernel(&mut fast, &x, m, &bias, accumulate, &mut scratch), "{what}: taken");
+                            assert!(fast.iter().all(|&v| v == 0.5), "{what}: declined but wrote");
+                            continue;
+                        }
+                        assert!(kernel(&mut fast, &x, m, &bias, accumulate, &mut scratch), "{what}: declined");
+                        linear_impl(&Portable, &mut slow, &x, m, &bias, accumulate, &mut scratch);
+                        assert_eq!(bits(&fast), bits(&slow), "{what} accumulate {accumulate}");
+                    }
+                }
+            }
+        }
     }
 
     /// Tasks on real threads, in reverse order of index (so no task can rely on another's

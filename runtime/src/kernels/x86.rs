@@ -669,6 +669,7 @@ unsafe fn mix_block<W: Weight, const N: usize>(out: &mut [[f32; LANES]], weights
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::tests::quant_linear_matches_portable;
 
     #[test]
     fn simd_f16_and_i8_dots_equal_portable() {
@@ -769,52 +770,7 @@ mod tests {
             std::eprintln!("no AMX here: test skipped");
             return;
         }
-        quant_linear_matches_portable(11, &[(16, 128), (40, 256), (33, 768), (48, 640), (17, 3072), (32, 1152)], &[8, 16, 21, 37]);
-    }
-
-    /// `linear_quant_vnni` (which takes AMX for prefill where the CPU has it) against the
-    /// portable kernel, bit for bit, on random q8 and q4 matrices of each shape (one group
-    /// holding a large weight, one token a large activation) for each token count, with bias,
-    /// with and without accumulate.
-    fn quant_linear_matches_portable(seed: u32, shapes: &[(usize, usize)], token_counts: &[usize]) {
-        use crate::kernels::{quant_scratch_len, quantize_group_q4, quantize_group_q8};
-        let mut seed = seed;
-        let mut rnd = move || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            ((seed >> 8) as f32 / (1u32 << 24) as f32) * 2.0 - 1.0
-        };
-        for &(rows, cols) in shapes {
-            let mut w: std::vec::Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
-            w[5] = 10.0; // a group with one large weight: the rest quantize to small values
-            let bias: std::vec::Vec<f32> = (0..rows).map(|_| rnd()).collect();
-            let mut q8 = std::vec![0i8; rows * cols];
-            let s8: std::vec::Vec<f32> = w.chunks(32).zip(q8.chunks_mut(32)).map(|(a, q)| quantize_group_q8(a, q)).collect();
-            let mut q4 = std::vec![0u8; rows * cols / 2];
-            let s4: std::vec::Vec<f32> = w.chunks(32).zip(q4.chunks_mut(16)).map(|(a, q)| quantize_group_q4(a, q)).collect();
-            let m8 = Matrix { rows, cols, data: MatrixData::Q8 { values: &q8, scales: &s8, group: 32 } };
-            let m4 = Matrix { rows, cols, data: MatrixData::Q4 { packed: &q4, scales: &s4, group: 32 } };
-            for &tokens in token_counts {
-                let mut x: std::vec::Vec<f32> = (0..tokens * cols).map(|_| rnd() * 3.0).collect();
-                x[1] = -50.0;
-                for m in [&m8, &m4] {
-                    let is_q4 = matches!(m.data, MatrixData::Q4 { .. });
-                    if is_q4 && cols % 128 != 0 {
-                        continue;
-                    }
-                    for accumulate in [false, true] {
-                        let mut scratch = std::vec![0.0f32; tokens * quant_scratch_len(cols, 32)];
-                        let mut fast = std::vec![0.5f32; tokens * rows];
-                        let mut slow = fast.clone();
-                        // SAFETY: the callers checked VNNI (AMX implies it).
-                        assert!(unsafe { linear_quant_vnni(&mut fast, &x, m, &bias, accumulate, &mut scratch) });
-                        linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, accumulate, &mut scratch);
-                        let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
-                        let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
-                        assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} q4 {is_q4} accumulate {accumulate}");
-                    }
-                }
-            }
-        }
+        quant_linear_matches_portable(11, &[(16, 128), (40, 256), (33, 768), (48, 640), (17, 3072), (32, 1152)], &[8, 16, 21, 37], vnni_takes, vnni);
     }
 
     /// GELU-tanh and softmax (`kernels/math.rs`'s exp) in their AVX2 and AVX-512 builds must give
@@ -879,7 +835,19 @@ mod tests {
         if !has_avx512vnni() {
             return;
         }
-        quant_linear_matches_portable(7, &[(3, 128), (5, 256), (7, 768), (2, 3072), (4, 640), (1, 1024)], &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        quant_linear_matches_portable(7, &[(3, 128), (5, 256), (7, 768), (2, 3072), (4, 640), (1, 1024), (2, 96)], &[1, 2, 3, 4, 5, 6, 7, 8, 9], vnni_takes, vnni);
+    }
+
+    /// The shapes `linear_quant_vnni` takes (group 32): q8 rows of whole 64-byte vectors, q4 rows
+    /// of whole 128-value blocks ([`QuantOrder::Q4Pairs`]).
+    fn vnni_takes(q4: bool, cols: usize) -> bool {
+        cols.is_multiple_of(if q4 { 128 } else { 64 })
+    }
+
+    /// `linear_quant_vnni` (which takes AMX for prefill where the CPU has it), for the checker.
+    fn vnni(out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+        // SAFETY: the callers checked VNNI (AMX implies it).
+        unsafe { linear_quant_vnni(out, x, m, bias, accumulate, scratch) }
     }
 }
 
