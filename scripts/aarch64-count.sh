@@ -21,7 +21,7 @@
 # Needs what scripts/aarch64-check.sh needs (qemu-user, gcc-aarch64-linux-gnu, the rustup
 # target). Slow: qemu writes each logged instruction with its own system call (~0.4 M
 # instructions/s here), and the portable kernel at 2304 × 768 × 64 tokens executes ~300 M
-# (the default table took about 40 minutes).
+# (the default table took 25 minutes here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
