@@ -694,8 +694,8 @@ pub fn quantize_group_q4(x: &[f32], packed: &mut [u8]) -> f32 {
 /// The float side of every q8/q4 dot product, in one fixed order on every target: lane
 /// `g % 16` accumulates `isum[g] as f32 * (ws[g] * xs[g])` over the groups in order, then the
 /// lanes are summed by the tree of [`reduce`]. The integer group sums are exact, so every
-/// kernel that feeds them through this order (portable, x86 VNNI, Arm DSP) gives the same bits:
-/// the host and the board agree on quantized models exactly.
+/// kernel that feeds them through this order (portable, x86 VNNI, aarch64 SDOT, Arm DSP) gives
+/// the same bits: the host and the board agree on quantized models exactly.
 #[inline(always)]
 pub fn combine_groups(isums: impl Iterator<Item = i32>, ws: &[f32], xs: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
