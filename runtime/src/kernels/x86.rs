@@ -835,7 +835,9 @@ mod tests {
         if !has_avx512vnni() {
             return;
         }
-        quant_linear_matches_portable(7, &[(3, 128), (5, 256), (7, 768), (2, 3072), (4, 640), (1, 1024), (2, 96)], &[1, 2, 3, 4, 5, 6, 7, 8, 9], vnni_takes, vnni);
+        // rows in pairs and alone; last blocks of 16 (3072), 12 (896, 448 q8), 8 (768, 256), 6
+        // (192 q8), 4 (640, 128) groups
+        quant_linear_matches_portable(7, &[(3, 128), (5, 256), (7, 768), (2, 3072), (4, 640), (1, 1024), (2, 96), (4, 896), (6, 448), (2, 192)], &[1, 2, 3, 4, 5, 6, 7, 8, 9], vnni_takes, vnni);
     }
 
     /// The shapes `linear_quant_vnni` takes (group 32): q8 rows of whole 64-byte vectors, q4 rows
@@ -911,23 +913,38 @@ pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias
         return true;
     }
     let rq = RowQuant { q4, cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
-    for o in 0..rows {
-        // SAFETY: row o has `row_bytes` bytes and `gpr` scales (checked above).
-        let (wrow, wsc) = unsafe { (data.as_ptr().add(o * row_bytes), scales.as_ptr().add(o * gpr)) };
-        let mut t0 = 0;
-        while t0 + TOKEN_TILE <= tokens {
-            // SAFETY: tokens t0..t0+4 < tokens have their activations in q/xs/sums (checked).
-            let ys = unsafe { rq.row_tokens::<TOKEN_TILE>(wrow, wsc, t0) };
-            for (k, y) in ys.into_iter().enumerate() {
-                super::store_out(out, rows, bias, accumulate, t0 + k, o, y);
+    // SAFETY (the row pointers below): row o < rows has `row_bytes` bytes and `gpr` scales
+    // (checked above).
+    let row = |o: usize| unsafe { (data.as_ptr().add(o * row_bytes), scales.as_ptr().add(o * gpr)) };
+    let tiled = tokens / TOKEN_TILE * TOKEN_TILE;
+    let mut o = 0;
+    while o < rows {
+        // two rows at a time where there are two, for the tokens after the last tile of 4
+        let pair = o + 1 < rows;
+        for r in o..if pair { o + 2 } else { o + 1 } {
+            let (wrow, wsc) = row(r);
+            for t0 in (0..tiled).step_by(TOKEN_TILE) {
+                // SAFETY: tokens t0..t0+4 < tokens have their activations in q/xs/sums (checked).
+                let ys = unsafe { rq.row_tokens::<TOKEN_TILE>(wrow, wsc, t0) };
+                for (k, y) in ys.into_iter().enumerate() {
+                    super::store_out(out, rows, bias, accumulate, t0 + k, r, y);
+                }
             }
-            t0 += TOKEN_TILE;
         }
-        for t in t0..tokens {
-            // SAFETY: as above, token t < tokens.
-            let [y] = unsafe { rq.row_tokens::<1>(wrow, wsc, t) };
-            super::store_out(out, rows, bias, accumulate, t, o, y);
+        for t in tiled..tokens {
+            if pair {
+                // SAFETY: rows o, o+1 exist; token t < tokens, as above.
+                let [a, b] = unsafe { if q4 { rq.rows2_token::<true>(row(o), row(o + 1), t) } else { rq.rows2_token::<false>(row(o), row(o + 1), t) } };
+                super::store_out(out, rows, bias, accumulate, t, o, a);
+                super::store_out(out, rows, bias, accumulate, t, o + 1, b);
+            } else {
+                let (wrow, wsc) = row(o);
+                // SAFETY: as above, token t < tokens.
+                let [y] = unsafe { rq.row_tokens::<1>(wrow, wsc, t) };
+                super::store_out(out, rows, bias, accumulate, t, o, y);
+            }
         }
+        o += if pair { 2 } else { 1 };
     }
     true
 }
@@ -995,6 +1012,107 @@ impl RowQuant {
         }
         acc.map(|a| reduce512(a))
     }
+
+    /// Two weight rows `a`, `b` (pointers as in [`Self::row_tokens`]) against token t: for
+    /// each row, what `row_tokens::<1>` gives, bit for bit, with less work. When the last block
+    /// of a row is at most half full (768 columns = 16 + 8 groups: every GPT-2 matrix but
+    /// `mlp.c_proj`), the two rows' tails go through one block: row a's groups in lanes 0..8,
+    /// row b's in lanes 8..16. Each lane does the same integer and float operations as it does
+    /// alone, and one 256-bit swap moves row b's terms to lanes 0..8 of its own accumulator.
+    ///
+    /// # Safety
+    /// As [`Self::row_tokens`], for both rows and token t.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn rows2_token<const Q4: bool>(&self, a: (*const u8, *const f32), b: (*const u8, *const f32), t: usize) -> [f32; 2] {
+        let Self { cols, gpr, q, xs, sums, .. } = *self;
+        let q4 = Q4;
+        let shift = _mm512_set1_epi32(if q4 { 3 } else { 7 }); // offset K = 8 (q4) or 128 (q8)
+        // weight bytes per group; groups per 64-byte chunk of weights
+        let (gbytes, per_chunk) = if q4 { (16, 4) } else { (32, 2) };
+        // SAFETY (every raw read below): groups 0..gpr of token t and of both rows exist (the
+        // caller's contract), and each read stays inside them.
+        let xt = unsafe { q.add(t * cols) };
+        let (xsum_t, sx_t) = unsafe { (sums.add(t * gpr), xs.add(t * gpr)) };
+        // the float term of 16 integer group sums: (isum - K·Σx) as f32 · (sw · sx)
+        let term = |isum: __m512i, xsum: __m512i, sw: __m512, sx: __m512| {
+            let isum = _mm512_sub_epi32(isum, _mm512_sllv_epi32(xsum, shift));
+            _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, sx))
+        };
+        // row (wrow, wsc) from group g0 for ng ≤ 16 groups, as one block of row_tokens
+        let block = |(wrow, wsc): (*const u8, *const f32), acc: &mut __m512, g0: usize, ng: usize| {
+            let mask: __mmask16 = ((1u32 << ng) - 1) as u16;
+            let wblk = unsafe { wrow.add(g0 * gbytes) };
+            for line in 0..if q4 { 4 } else { 8 } {
+                _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+            }
+            let n = ng / per_chunk;
+            let x = unsafe { xt.add(g0 * 32) };
+            let isum = if q4 { unsafe { sums_q4(&load_q4_block(wblk, n), x, n) } } else { unsafe { sums_q8(&load_q8_block(wblk, n), x, n) } };
+            let (xsum, sw, sx) = unsafe {
+                (_mm512_maskz_loadu_epi32(mask, xsum_t.add(g0)), _mm512_maskz_loadu_ps(mask, wsc.add(g0)), _mm512_maskz_loadu_ps(mask, sx_t.add(g0)))
+            };
+            *acc = _mm512_mask_add_ps(*acc, mask, *acc, term(isum, xsum, sw, sx));
+        };
+        let mut acc = [_mm512_setzero_ps(); 2];
+        let full = gpr / 16 * 16;
+        for g0 in (0..full).step_by(16) {
+            for (row, acc) in [a, b].into_iter().zip(&mut acc) {
+                block(row, acc, g0, 16);
+            }
+        }
+        let ng = gpr - full;
+        if ng > 8 {
+            for (row, acc) in [a, b].into_iter().zip(&mut acc) {
+                block(row, acc, full, ng);
+            }
+        } else if ng > 0 {
+            // Both tails in one block: row a's chunks in the first half, row b's in the second.
+            // A row has n of the half's chunks; the loads of the others are masked off (zero
+            // weights and activations, no memory touched), so their sums are 0.
+            let n = ng / per_chunk;
+            let x = unsafe { xt.add(full * 32) };
+            let isum = if q4 {
+                let (low, mut s) = (_mm512_set1_epi8(0x0F), [_mm512_setzero_si512(); 4]);
+                for ((wrow, _), sk) in [a, b].into_iter().zip(s.as_chunks_mut::<2>().0) {
+                    for (c, sc) in sk.iter_mut().enumerate() {
+                        let m: __mmask64 = if c < n { !0 } else { 0 };
+                        let (w, even, odd) = unsafe {
+                            (
+                                _mm512_maskz_loadu_epi8(m, wrow.add(full * gbytes).wrapping_add(64 * c).cast()),
+                                _mm512_maskz_loadu_epi8(m, x.wrapping_add(128 * c)),
+                                _mm512_maskz_loadu_epi8(m, x.wrapping_add(128 * c + 64)),
+                            )
+                        };
+                        let (lo, hi) = (_mm512_and_si512(w, low), _mm512_and_si512(_mm512_srli_epi16::<4>(w), low));
+                        *sc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, even), hi, odd);
+                    }
+                }
+                fold4(s[0], s[1], s[2], s[3])
+            } else {
+                let (bias, mut d) = (_mm512_set1_epi8(-128), [_mm512_setzero_si512(); 8]);
+                for ((wrow, _), dk) in [a, b].into_iter().zip(d.as_chunks_mut::<4>().0) {
+                    for (c, dc) in dk.iter_mut().enumerate() {
+                        let m: __mmask64 = if c < n { !0 } else { 0 };
+                        let (w, xv) = unsafe {
+                            (_mm512_maskz_loadu_epi8(m, wrow.add(full * gbytes).wrapping_add(64 * c).cast()), _mm512_maskz_loadu_epi8(m, x.wrapping_add(64 * c)))
+                        };
+                        *dc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, bias), xv);
+                    }
+                }
+                fold8(d)
+            };
+            // lanes 0..8 and 8..16 both take the activations' groups full..full+ng
+            let mask: __mmask16 = ((1u32 << ng) - 1) as u16;
+            let (xsum, sx) = unsafe { (_mm512_maskz_loadu_epi32(mask, xsum_t.add(full)), _mm512_maskz_loadu_ps(mask, sx_t.add(full))) };
+            let (xsum, sx) = (_mm512_shuffle_i32x4::<0x44>(xsum, xsum), _mm512_shuffle_f32x4::<0x44>(sx, sx));
+            let sw = unsafe { _mm512_shuffle_f32x4::<0x44>(_mm512_maskz_loadu_ps(mask, a.1.add(full)), _mm512_maskz_loadu_ps(mask, b.1.add(full))) };
+            let tm = term(isum, xsum, sw, sx);
+            acc[0] = _mm512_mask_add_ps(acc[0], mask, acc[0], tm);
+            acc[1] = _mm512_mask_add_ps(acc[1], mask, acc[1], _mm512_shuffle_f32x4::<0x4E>(tm, tm));
+        }
+        acc.map(|a| reduce512(a))
+    }
 }
 
 /// Up to 8 chunks of 64 q8 weights (16 groups), made unsigned (`w ^ 0x80` = w + 128).
@@ -1045,6 +1163,14 @@ unsafe fn sums_q8(w: &[__m512i; 8], x: *const i8, n: usize) -> __m512i {
         // SAFETY: c < n, inside the caller's range.
         *d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, unsafe { _mm512_loadu_si512(x.add(64 * c).cast()) });
     }
+    fold8(d)
+}
+
+/// Folds the `vpdpbusd` results of 8 q8 chunks (chunk c: groups 2c in lanes 0–7, 2c + 1 in
+/// lanes 8–15) into one vector of 16 group sums, lane g = group g.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn fold8(d: [__m512i; 8]) -> __m512i {
     // pairs of chunks -> 128-bit lane k of s[p] holds four partial sums of group 4p + k
     let pair = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(a, b), _mm512_shuffle_i32x4::<0xDD>(a, b));
     fold4(pair(d[0], d[1]), pair(d[2], d[3]), pair(d[4], d[5]), pair(d[6], d[7]))
