@@ -459,6 +459,10 @@ fn scores_avx512<W: Weight>(q: &[f32], keys: &HeadRows<'_, W>, scale: f32, score
     let (blocks, rest) = scores.get_mut(..n).unwrap_or(&mut []).as_chunks_mut::<LANES>();
     for (b, out) in blocks.iter_mut().enumerate() {
         let s0 = b * LANES;
+        // ask for the next block's rows (see `prefetch_row`)
+        for s in s0 + LANES..s0 + 2 * LANES {
+            prefetch_row(row(s), d);
+        }
         // the trees of positions s0..s0+16 side by side: after step k, each vector holds
         // 2^k positions' partial sums (see `tree_*`)
         let mut halves = [_mm512_setzero_ps(); 8];
@@ -645,6 +649,24 @@ fn mix_avx512<W: Weight>(out: &mut [f32], weights: &[f32], values: &HeadRows<'_,
     }
 }
 
+/// How many positions ahead the value mix asks for its rows (see [`prefetch_row`]).
+const KV_AHEAD: usize = 8;
+
+/// Asks for the `n` elements at `row` in L1. A head's rows in the KV cache are `n_embd`
+/// elements apart (3 KiB for GPT-2 in f32), a stride the hardware prefetchers do not follow,
+/// so decode's attention waited on every row. A prefetch never faults: past the cache's end
+/// it does nothing.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_row<W>(row: *const W, n: usize) {
+    let (p, bytes) = (row.cast::<u8>(), n * core::mem::size_of::<W>());
+    for off in (0..bytes).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast());
+    }
+    // the last line, when the row does not start on a line
+    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bytes.saturating_sub(1)).cast());
+}
+
 /// `out` (N vectors) = `Σ_s weights[s]` · the 16N elements at `col + s · stride`, in order of s.
 ///
 /// # Safety
@@ -655,6 +677,7 @@ unsafe fn mix_block<W: Weight, const N: usize>(out: &mut [[f32; LANES]], weights
     let mut acc = [_mm512_setzero_ps(); N];
     for (s, &w) in weights.iter().enumerate() {
         let (w, row) = (_mm512_set1_ps(w), col.wrapping_add(s * stride));
+        prefetch_row(row.wrapping_add(KV_AHEAD * stride), LANES * N);
         for (k, a) in acc.iter_mut().enumerate() {
             // SAFETY: elements 16k..16k+16 < 16N of row s (the caller's contract).
             *a = _mm512_add_ps(*a, _mm512_mul_ps(w, unsafe { W::load16(row.add(LANES * k)) }));
