@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use host_tools::blob_file::BlobFile;
+use host_tools::blob_file::{BlobFile, HugeMem};
 use host_tools::plan::{KvArg, Plan, Target};
 use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
 use runtime::sampler::{Sampler, SamplerConfig};
@@ -229,19 +229,20 @@ enum Cmd {
 }
 
 /// Owns the buffers a session borrows (a board uses `static` arrays instead).
+/// (On huge pages where Linux gives them: decode streams the KV cache, see `HugeMem`.)
 struct Buffers {
-    arena: Vec<f32>,
-    kv: Vec<f32>,
+    arena: HugeMem,
+    kv: HugeMem,
 }
 
 impl Buffers {
     fn new(model: &Model<'_>, capacity: usize, batch: usize, kv: KvDType) -> Self {
         let s = SessionSizes::with_kv(model.config(), capacity, batch, kv);
-        Self { arena: vec![0.0; s.arena_len], kv: vec![0.0; s.kv_len] }
+        Self { arena: HugeMem::zeroed_f32(s.arena_len), kv: HugeMem::zeroed_f32(s.kv_len) }
     }
 
     fn session<'a>(&'a mut self, model: &'a Model<'a>, capacity: usize, kv: KvDType) -> Result<Session<'a>> {
-        Ok(Session::with_kv_dtype(model, &mut self.arena, &mut self.kv, capacity, kv)?)
+        Ok(Session::with_kv_dtype(model, self.arena.f32s_mut(), self.kv.f32s_mut(), capacity, kv)?)
     }
 }
 
