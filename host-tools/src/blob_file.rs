@@ -36,6 +36,11 @@ impl BlobFile {
         self.mem.bytes_mut()
     }
 
+    /// See [`HugeMem::huge_page_bytes`].
+    pub fn huge_page_bytes(&self) -> Option<u64> {
+        self.mem.huge_page_bytes()
+    }
+
     /// CRC-32 check with `crc32fast` (several GB/s), then the runtime's full validation.
     pub fn model(&self) -> Result<Model<'_>> {
         let bytes = self.bytes();
@@ -112,6 +117,27 @@ impl HugeMem {
             Memory::Map(m) => &mut m[..self.len],
             Memory::Words(w) => &mut bytemuck::cast_slice_mut::<u128, u8>(w)[..self.len],
         }
+    }
+
+    /// Bytes of this memory the kernel backs with huge pages (`AnonHugePages` of its mapping
+    /// in `/proc/self/smaps`); None off Linux or when it cannot be read.
+    pub fn huge_page_bytes(&self) -> Option<u64> {
+        let Memory::Map(map) = &self.mem else { return Some(0) };
+        let addr = map.as_ptr() as u64;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            // a mapping's header: "start-end perms offset dev inode [path]", addresses in hex
+            let range = line.split_once(' ').and_then(|(r, _)| r.split_once('-'));
+            if let Some((a, b)) = range.and_then(|(a, b)| Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))) {
+                inside = (a..b).contains(&addr);
+            } else if inside {
+                if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+                    return kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kb| kb * 1024);
+                }
+            }
+        }
+        None
     }
 
     /// The memory as f32s (page- or 16-byte aligned, so the cast cannot fail).

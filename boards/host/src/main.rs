@@ -597,6 +597,18 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
         bandwidth / (bytes + kv_bytes),
         100.0 * (bytes + kv_bytes) * d / bandwidth
     );
+    // Decode streams these two; on 4 KiB pages it runs slower (see host_tools' HugeMem).
+    let mb = |b: u64| b as f64 / 1e6;
+    match (file.huge_page_bytes(), buf.kv.huge_page_bytes()) {
+        (Some(w), Some(c)) => println!(
+            "on 2 MiB pages (transparent huge pages): blob {:.1} of {:.1} MB, KV cache {:.1} of {:.1} MB",
+            mb(w),
+            mb(file.bytes().len() as u64),
+            mb(c),
+            mb(buf.kv.bytes().len() as u64)
+        ),
+        _ => println!("on 2 MiB pages: unknown (no /proc/self/smaps)"),
+    }
     Ok(())
 }
 
