@@ -224,3 +224,16 @@ fn board_that_does_not_fit_fails_with_byte_counts() {
 fn unknown_board_lists_the_known_ones() {
     assert_one_line_error(&["--board", "arduino-uno", "--prompt", "x"], "unknown board \"arduino-uno\"; known boards: qemu-m4, qemu-m55, pico2, nrf52840-dk");
 }
+
+/// `host bench` (the performance issue's command shape) prints every figure it promises,
+/// with numbers (not timing-checked: any speed passes).
+#[test]
+fn bench_prints_its_figures() {
+    let out = host().args(["bench", "--prompt-len", "4", "-n", "2", "--runs", "1"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for label in ["prefill:", "decode:", "weight bytes per decoded token:", "memory read bandwidth", "KV cache bytes read per decoded token:", "on 2 MiB pages"] {
+        let line = stdout.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no '{label}' line in:\n{stdout}"));
+        assert!(line.chars().any(|c| c.is_ascii_digit()) || line.contains("unknown"), "no figure in '{line}'");
+    }
+}
