@@ -193,7 +193,11 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
     // row ranges, multiples of 16, and every thread quantizes the (short) activations itself
     let prefill = tokens >= 4 * threads;
     let per = if prefill { tokens.div_ceil(threads).div_ceil(4) * 4 } else { rows.div_ceil(threads).div_ceil(16) * 16 };
-    let share = quant(if prefill { per } else { tokens });
+    let share = match w.data {
+        // f16 prefill widens blocks of weight rows in its scratch (x86 AVX-512): an equal share
+        MatrixData::F16(_) if prefill => scratch.len() / threads,
+        _ => quant(if prefill { per } else { tokens }),
+    };
     if share * threads > scratch.len() || (!prefill && tokens != 1) {
         return linear(out, x, w, bias, accumulate, scratch);
     }

@@ -120,7 +120,52 @@ fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32
 
 #[target_feature(enable = "avx512f,avx512bw")]
 fn linear_avx512(d: &Avx512, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+    if let MatrixData::F16(data) = w.data {
+        if f16_prefill_widened(d, out, x, data, w.rows, w.cols, bias, acc, scratch) {
+            return;
+        }
+    }
     linear_impl(d, out, x, w, bias, acc, scratch)
+}
+
+/// Tokens from which f16 prefill widens its weights first.
+const F16_WIDEN_MIN_TOKENS: usize = 8;
+
+/// f16 prefill (≥ 8 tokens): widens a block of weight rows to f32 in `scratch` once, then runs
+/// the f32 tiles over every token. The 4 × 4 f16 tiles converted each weight vector again for
+/// every 4 tokens, a conversion that takes the same two ports as the multiplies and adds; now
+/// it is paid once per batch. Widening is exact and the f32 tiles do the f16 tiles' products
+/// and sums, so the bits are the same. Returns false, having written nothing, when there are
+/// fewer tokens or the scratch holds fewer than 4 rows (then the f16 tiles run).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn f16_prefill_widened(d: &Avx512, out: &mut [f32], x: &[f32], data: &[f16], rows: usize, cols: usize, bias: &[f32], acc: bool, scratch: &mut [f32]) -> bool {
+    if rows == 0 || cols == 0 {
+        return false;
+    }
+    let tokens = (x.len() / cols).min(out.len() / rows);
+    // a block of rows: as many as the scratch holds, at most 256 KiB of f32 (stays in L2)
+    let block_rows = (scratch.len() / cols).min(256 * 1024 / (4 * cols)).min(rows);
+    let (Some(data), Some(x)) = (data.get(..rows * cols), x.get(..tokens * cols)) else { return false };
+    if tokens < F16_WIDEN_MIN_TOKENS || block_rows < 4 {
+        return false;
+    }
+    for (b, src) in data.chunks(block_rows * cols).enumerate() {
+        let n = src.len() / cols;
+        let Some(wide) = scratch.get_mut(..src.len()) else { return false };
+        let (dst16, dst_rest) = wide.as_chunks_mut::<LANES>();
+        let (src16, src_rest) = src.as_chunks::<LANES>();
+        for (dc, sc) in dst16.iter_mut().zip(src16) {
+            // SAFETY: sc holds 16 f16 and dc 16 f32 (AVX-512F: this function's feature).
+            unsafe { _mm512_storeu_ps(dc.as_mut_ptr(), f16::load16(sc.as_ptr())) };
+        }
+        dst_rest.iter_mut().zip(src_rest).for_each(|(dv, sv)| *dv = sv.to_f32());
+        let dense = super::Dense { data: &*wide, rows: n, cols, tokens, block4: true };
+        let row0 = b * block_rows;
+        let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, acc, t, row0 + o, y);
+        dense.run(x, &mut store, |w, x| d.f32(w, x), |w, x| d.f32_4rows(w, x), |w, x| d.f32_4x4(w, x));
+    }
+    true
 }
 
 // SAFETY (every method): an Avx2 exists only when the CPU has AVX2.
@@ -768,17 +813,20 @@ mod tests {
             let w: std::vec::Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
             let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
             let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.25 - 1.0).collect();
-            for tokens in [1usize, 3, 4, 5, 9] {
+            // 8 and more tokens with scratch: f16 widens blocks of rows first (blocks of 4 to
+            // 64 rows, the last one partial; 6 × 3072 with 4 rows of scratch: blocks of 4 + 2)
+            for (tokens, scratch_rows) in [(1usize, 0usize), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3)] {
                 let x: std::vec::Vec<f32> = (0..tokens * cols).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
                 let mats = [Matrix { rows, cols, data: MatrixData::F32(&w) }, Matrix { rows, cols, data: MatrixData::F16(&wh) }];
                 for m in &mats {
                     let mut fast = std::vec![0.5f32; tokens * rows];
                     let mut slow = fast.clone();
-                    d.linear(&mut fast, &x, m, &bias, true, &mut []);
+                    let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
+                    d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
                     linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, true, &mut []);
                     let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
                     let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
-                    assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens}");
+                    assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows}");
                 }
             }
         }
