@@ -13,16 +13,24 @@ mod amx;
 use super::{attention_impl, linear_impl, quantize_rows, reduce, Attend, Dots, KvElem, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
 use crate::kv_cache::{HeadRows, KvHead};
 
+/// Whether the CPU has AVX-512F/BW, and `GPT2_MCU_NO_AVX512` (set and not "0") does not turn
+/// the AVX-512 paths off (to run and time the AVX2 ones on this CPU). Asked once.
 pub(super) fn has_avx512f() -> bool {
-    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        std::env::var_os("GPT2_MCU_NO_AVX512").is_none_or(|v| v == "0")
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+    })
 }
 
-/// Proof that the CPU has AVX2: made only by [`Avx2::detect`].
+/// Proof that the CPU has AVX2 and F16C: made only by [`Avx2::detect`].
 pub(super) struct Avx2(());
 
 impl Avx2 {
     pub(super) fn detect() -> Option<Self> {
-        std::is_x86_feature_detected!("avx2").then_some(Self(()))
+        // every AVX2 CPU has F16C (Intel since Ivy Bridge, AMD since Piledriver); checked anyway
+        (std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")).then_some(Self(()))
     }
 
     pub(super) fn linear(&self, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
@@ -49,7 +57,7 @@ impl Avx2 {
     }
 }
 
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 fn attention_avx2(d: &Avx2, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
     attention_impl(d, out, q, kv, scale, scores)
 }
@@ -103,17 +111,17 @@ fn softmax_avx512(x: &mut [f32]) {
     super::softmax_portable(x)
 }
 
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 fn gelu_tanh_slice_avx2(x: &mut [f32]) {
     super::math::gelu_tanh_slice_portable(x)
 }
 
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 fn softmax_avx2(x: &mut [f32]) {
     super::softmax_portable(x)
 }
 
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
     linear_impl(d, out, x, w, bias, acc, scratch)
 }
@@ -168,16 +176,16 @@ fn f16_prefill_widened(d: &Avx512, out: &mut [f32], x: &[f32], data: &[f16], row
     true
 }
 
-// SAFETY (every method): an Avx2 exists only when the CPU has AVX2.
+// SAFETY (every method): an Avx2 exists only when the CPU has AVX2 and F16C.
 impl Dots for Avx2 {
     const BLOCK4: bool = true;
     #[inline(always)]
     fn f32(&self, w: &[f32], x: &[f32]) -> f32 {
-        unsafe { dot_f32_avx2(w, x) }
+        unsafe { dot_avx2(w, x) }
     }
     #[inline(always)]
     fn f16(&self, w: &[f16], x: &[f32]) -> f32 {
-        super::dot_f16(w, x)
+        unsafe { dot_avx2(w, x) }
     }
     #[inline(always)]
     fn i8(&self, a: &[i8], b: &[i8]) -> i32 {
@@ -226,6 +234,11 @@ trait Weight: KvElem {
     /// # Safety
     /// `p` must be readable for 16 elements and the CPU must have AVX-512F.
     unsafe fn load16(p: *const Self) -> __m512;
+    /// 8 elements as f32 (the AVX2 kernels).
+    ///
+    /// # Safety
+    /// `p` must be readable for 8 elements and the CPU must have AVX2 and F16C.
+    unsafe fn load8(p: *const Self) -> __m256;
 }
 
 impl Weight for f32 {
@@ -233,6 +246,11 @@ impl Weight for f32 {
     unsafe fn load16(p: *const Self) -> __m512 {
         // SAFETY: the caller guarantees 64 readable bytes and AVX-512F.
         unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> __m256 {
+        // SAFETY: the caller guarantees 32 readable bytes and AVX2.
+        unsafe { _mm256_loadu_ps(p) }
     }
 }
 
@@ -242,6 +260,11 @@ impl Weight for f16 {
         // SAFETY: the caller guarantees 32 readable bytes and AVX-512F.
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
     }
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> __m256 {
+        // SAFETY: the caller guarantees 16 readable bytes and F16C.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
 }
 
 impl Weight for i8 {
@@ -249,6 +272,11 @@ impl Weight for i8 {
     unsafe fn load16(p: *const Self) -> __m512 {
         // SAFETY: the caller guarantees 16 readable bytes and AVX-512F.
         unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))) }
+    }
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable bytes and AVX2.
+        unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()))) }
     }
 }
 
@@ -363,17 +391,17 @@ fn dot_i8_avx512(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// [`super::dot_f32`] with two 8-lane AVX registers (lanes 0–7 and 8–15).
-#[target_feature(enable = "avx2")]
-fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+#[target_feature(enable = "avx2,f16c")]
+fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (ca, ra) = a.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
     let (cb, rb) = b.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
     let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for (x, y) in ca.iter().zip(cb) {
-        // SAFETY: x and y are [f32; 16]; the loads read elements 0–7 and 8–15.
+        // SAFETY: x and y hold 16 elements; the loads read elements 0–7 and 8–15.
         unsafe {
-            lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(y.as_ptr())));
-            hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(8)), _mm256_loadu_ps(y.as_ptr().add(8))));
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(W::load8(x.as_ptr()), _mm256_loadu_ps(y.as_ptr())));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(W::load8(x.as_ptr().add(8)), _mm256_loadu_ps(y.as_ptr().add(8))));
         }
     }
     let mut lanes = [0.0f32; LANES];
@@ -393,8 +421,9 @@ fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
 // position's products in order), the values keep up to 64 output elements in registers while
 // they walk the positions.
 
-/// AVX2: the f32 key dots on two 8-lane registers ([`dot_f32_avx2`], the portable lanes and
-/// tree); the rest is the portable code compiled for AVX2.
+/// AVX2: the f32/f16 key dots on two 8-lane registers ([`dot_avx2`], the portable lanes and
+/// tree) and the f16 value mix widened 8 at a time by F16C; the rest is the portable code
+/// compiled for AVX2.
 impl Attend for Avx2 {
     #[inline(always)]
     fn softmax(&self, x: &mut [f32]) {
@@ -404,7 +433,38 @@ impl Attend for Avx2 {
     fn scores_f32(&self, q: &[f32], keys: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
         for (x, k) in scores.iter_mut().zip(keys.rows()) {
             // SAFETY: an Avx2 exists only when the CPU has AVX2.
-            *x = unsafe { dot_f32_avx2(q, k) } * scale;
+            *x = unsafe { dot_avx2(k, q) } * scale;
+        }
+    }
+    #[inline(always)]
+    fn scores_f16(&self, q: &[f32], keys: &HeadRows<'_, f16>, scale: f32, scores: &mut [f32]) {
+        for (x, k) in scores.iter_mut().zip(keys.rows()) {
+            // SAFETY: an Avx2 exists only when the CPU has AVX2 and F16C.
+            *x = unsafe { dot_avx2(k, q) } * scale;
+        }
+    }
+    #[inline(always)]
+    fn mix_f16(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
+        // SAFETY: as above.
+        unsafe { mix_f16_avx2(out, weights, values) }
+    }
+}
+
+/// The portable `mix_rows` for f16 values: `out_i = Σ_s w_s · v_s,i` in order of s from 0
+/// (per element: add the product, no FMA), eight elements widened at a time.
+#[target_feature(enable = "avx2,f16c")]
+fn mix_f16_avx2(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (&w, row) in weights.iter().zip(values.rows()) {
+        let wv = _mm256_set1_ps(w);
+        let (o8, o_rest) = out.as_chunks_mut::<8>();
+        let (v8, v_rest) = row.as_chunks::<8>();
+        for (o, v) in o8.iter_mut().zip(v8) {
+            // SAFETY: o is [f32; 8] and v holds 8 f16.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_add_ps(_mm256_loadu_ps(o.as_ptr()), _mm256_mul_ps(wv, f16::load8(v.as_ptr())))) };
+        }
+        for (o, v) in o_rest.iter_mut().zip(v_rest) {
+            *o += w * v.to_f32();
         }
     }
 }
@@ -777,10 +837,14 @@ mod tests {
                 (0..4).map(|k| (0..n).map(|i| ((i * 53 + k * 11) % 97) as f32 / 13.0 - 3.0).collect()).collect();
             let want: std::vec::Vec<u32> = xs.iter().map(|x| super::super::dot_f32(&w, x).to_bits()).collect();
             let refs = [&xs[0][..], &xs[1][..], &xs[2][..], &xs[3][..]];
-            if std::is_x86_feature_detected!("avx2") {
-                // SAFETY: AVX2 is present (checked).
-                let one = unsafe { dot_f32_avx2(&w, &xs[0]) };
+            if Avx2::detect().is_some() {
+                // SAFETY: AVX2 and F16C are present (checked).
+                let one = unsafe { dot_avx2(&w, &xs[0]) };
                 assert_eq!(one.to_bits(), want[0], "avx2 n={n}");
+                let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+                // SAFETY: as above.
+                let one = unsafe { dot_avx2(&wh, &xs[0]) };
+                assert_eq!(one.to_bits(), super::super::dot_f16(&wh, &xs[0]).to_bits(), "avx2 f16 n={n}");
             }
             if has_avx512f() {
                 // SAFETY: AVX-512F is present (checked).
@@ -801,11 +865,11 @@ mod tests {
         }
     }
 
-    /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill)
+    /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill) and the AVX2 one
     /// must give the portable bits for f32 and f16, with row and token counts that leave
     /// remainders and more than one row block.
     #[test]
-    fn avx512_dense_linear_is_bit_identical_to_portable() {
+    fn simd_dense_linear_is_bit_identical_to_portable() {
         let Some(d) = Avx512::detect() else {
             return;
         };
@@ -827,6 +891,12 @@ mod tests {
                     let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
                     let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
                     assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows}");
+                    if let Some(a2) = Avx2::detect() {
+                        let mut fast2 = std::vec![0.5f32; tokens * rows];
+                        a2.linear(&mut fast2, &x, m, &bias, true, &mut scratch);
+                        let f2: std::vec::Vec<u32> = fast2.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(f2, s, "AVX2: rows {rows} cols {cols} tokens {tokens}");
+                    }
                 }
             }
         }
