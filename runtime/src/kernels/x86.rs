@@ -123,6 +123,9 @@ fn softmax_avx2(x: &mut [f32]) {
 
 #[target_feature(enable = "avx2,f16c")]
 fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
+    if linear_quant_avx2(out, x, w, bias, acc, scratch) {
+        return;
+    }
     linear_impl(d, out, x, w, bias, acc, scratch)
 }
 
@@ -981,6 +984,20 @@ mod tests {
         quant_linear_matches_portable(7, &[(3, 128), (5, 256), (7, 768), (2, 3072), (4, 640), (1, 1024), (2, 96), (4, 896), (6, 448), (2, 192)], &[1, 2, 3, 4, 5, 6, 7, 8, 9], vnni_takes, vnni);
     }
 
+    /// The AVX2 q8/q4 `linear` must give the portable kernel's bits for every shape it takes
+    /// (rows of whole blocks of 8 groups; 1 to 9 tokens: tiles of 4 and the rest; extreme
+    /// values, bias, accumulate) and decline the others without writing.
+    #[test]
+    fn avx2_quant_linear_is_bit_identical_to_portable() {
+        if Avx2::detect().is_none() {
+            return;
+        }
+        let takes = |_q4: bool, cols: usize| cols.is_multiple_of(256);
+        // SAFETY: AVX2 and F16C are present (checked).
+        let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96)], &[1, 2, 3, 4, 5, 8, 9], takes, avx2);
+    }
+
     /// The shapes `linear_quant_vnni` takes (group 32): q8 rows of whole 64-byte vectors, q4 rows
     /// of whole 128-value blocks ([`QuantOrder::Q4Pairs`]).
     fn vnni_takes(q4: bool, cols: usize) -> bool {
@@ -1363,3 +1380,156 @@ fn reduce512(v: __m512) -> f32 {
     let a1 = _mm_add_ss(a2, _mm_shuffle_ps::<1>(a2, a2));
     _mm_cvtss_f32(a1)
 }
+
+// ---- q8 / q4 with AVX2 ------------------------------------------------------------------------
+//
+// For CPUs with AVX2 and no AVX-512 VNNI. The group sums are exact i32, as everywhere: q8
+// weights and activations are widened to i16 and multiplied in pairs (`vpmaddwd`, exact for
+// every int8 value); q4 nibbles (stored q + 8, 0..15) meet the activations in `vpmaddubsw`,
+// whose i16 pair sums stay below 2 · 15 · 128 (no saturation), then `vpmaddwd` by ones, and
+// the + 8 is taken off with the activation sums. Eight groups' partial sums fold into one
+// vector of eight group sums, which then take `combine_groups`' float steps lane for lane
+// (group g into lane g mod 16: lanes 0–7 and 8–15 in two registers), then the same tree.
+// Rows of whole blocks of 8 groups of 32 only (GPT-2's 768 and 3072); others go portable.
+
+/// Groups per AVX2 block.
+const AVX2_BLOCK: usize = 8;
+
+/// q8 / q4 `linear` (group 32, cols a multiple of 256) with AVX2. Returns false, having
+/// written nothing, for other dtypes and shapes or a short scratch.
+#[target_feature(enable = "avx2,f16c")]
+fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    let (rows, cols) = (w.rows, w.cols);
+    let (q4, data, scales): (bool, &[u8], &[f32]) = match w.data {
+        MatrixData::Q8 { values, scales, group: VNNI_GROUP } => (false, bytemuck::cast_slice(values), scales),
+        MatrixData::Q4 { packed, scales, group: VNNI_GROUP } => (true, packed, scales),
+        _ => return false,
+    };
+    if rows == 0 || cols == 0 || cols % (AVX2_BLOCK * VNNI_GROUP) != 0 {
+        return false;
+    }
+    let tokens = (x.len() / cols).min(out.len() / rows);
+    let gpr = cols / VNNI_GROUP;
+    let row_bytes = if q4 { cols / 2 } else { cols };
+    if scratch.len() < tokens * super::quant_scratch_len(cols, VNNI_GROUP) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
+        return false;
+    }
+    let order = if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
+    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
+    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
+        return false;
+    }
+    let a = Avx2Quant { cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
+    for o in 0..rows {
+        // SAFETY: row o has `row_bytes` bytes and `gpr` scales (checked above).
+        let (wrow, wsc) = unsafe { (data.as_ptr().add(o * row_bytes), scales.as_ptr().add(o * gpr)) };
+        let tiled = tokens / TOKEN_TILE * TOKEN_TILE;
+        for t0 in (0..tiled).step_by(TOKEN_TILE) {
+            // SAFETY: tokens t0..t0+4 < tokens have their activations (checked above).
+            let ys = unsafe { if q4 { a.row::<true, TOKEN_TILE>(wrow, wsc, t0) } else { a.row::<false, TOKEN_TILE>(wrow, wsc, t0) } };
+            for (k, y) in ys.into_iter().enumerate() {
+                super::store_out(out, rows, bias, accumulate, t0 + k, o, y);
+            }
+        }
+        for t in tiled..tokens {
+            // SAFETY: as above, token t < tokens.
+            let [y] = unsafe { if q4 { a.row::<true, 1>(wrow, wsc, t) } else { a.row::<false, 1>(wrow, wsc, t) } };
+            super::store_out(out, rows, bias, accumulate, t, o, y);
+        }
+    }
+    true
+}
+
+/// The quantized activations of a [`linear_quant_avx2`] call (as [`RowQuant`]).
+struct Avx2Quant {
+    cols: usize,
+    gpr: usize,
+    q: *const i8,
+    xs: *const f32,
+    sums: *const i32,
+}
+
+impl Avx2Quant {
+    /// One weight row against tokens t0..t0+NT, blocks of 8 groups, weights loaded once per
+    /// block for the NT tokens.
+    ///
+    /// # Safety
+    /// `wrow`/`wsc` must hold one row (`cols` or `cols/2` bytes, `gpr` scales), `gpr` a
+    /// multiple of 8, and tokens t0..t0+NT must exist in `q`, `xs`, `sums`.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn row<const Q4: bool, const NT: usize>(&self, wrow: *const u8, wsc: *const f32, t0: usize) -> [f32; NT] {
+        let Self { cols, gpr, q, xs, sums } = *self;
+        let mut acc = [[_mm256_setzero_ps(); 2]; NT];
+        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+        for b in 0..gpr / AVX2_BLOCK {
+            let g0 = b * AVX2_BLOCK;
+            // SAFETY (every raw read): groups g0..g0+8 are inside the row and each token's
+            // activations (the caller's contract).
+            let wblk = unsafe { wrow.add(if Q4 { g0 * 16 } else { g0 * 32 }) };
+            for line in 0..if Q4 { 2 } else { 4 } {
+                _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+            }
+            // q4: four vectors of two groups' nibbles (low = even elements, high = odd);
+            // q8: eight groups' weights as i16, two vectors each
+            let mut wv = [_mm256_setzero_si256(); 16];
+            if Q4 {
+                for (c, pair) in wv.as_chunks_mut::<2>().0.iter_mut().take(4).enumerate() {
+                    let p = unsafe { _mm256_loadu_si256(wblk.add(32 * c).cast()) };
+                    *pair = [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)];
+                }
+            } else {
+                for (i, v) in wv.iter_mut().enumerate() {
+                    *v = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(wblk.add(16 * i).cast()) });
+                }
+            }
+            let sw = unsafe { _mm256_loadu_ps(wsc.add(g0)) };
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let t = t0 + k;
+                let xt = unsafe { q.add(t * cols + g0 * 32) };
+                let isum = if Q4 {
+                    // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each),
+                    // then their odd ones; the pair of groups 2c, 2c+1 sits at 32(c % 2) of
+                    // its 128-block (c / 2)
+                    let mut s = [_mm256_setzero_si256(); 4];
+                    for ((c, s), &[lo, hi]) in s.iter_mut().enumerate().zip(wv.as_chunks::<2>().0) {
+                        let base = unsafe { xt.add(128 * (c / 2) + 32 * (c % 2)) };
+                        let (even, odd) = unsafe { (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast())) };
+                        *s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, even), ones), _mm256_madd_epi16(_mm256_maddubs_epi16(hi, odd), ones));
+                    }
+                    // s[c]: lanes 0–3 group 2c, 4–7 group 2c+1 (partial sums)
+                    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+                    // h: groups 0, 2, 4, 6 | 1, 3, 5, 7
+                    _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+                } else {
+                    let mut v = [_mm256_setzero_si256(); 8];
+                    for ((g, v), &[w0, w1]) in v.iter_mut().enumerate().zip(wv.as_chunks::<2>().0) {
+                        let (x0, x1) = unsafe { (_mm256_cvtepi8_epi16(_mm_loadu_si128(xt.add(32 * g).cast())), _mm256_cvtepi8_epi16(_mm_loadu_si128(xt.add(32 * g + 16).cast()))) };
+                        *v = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+                    }
+                    // v[g]: eight partial sums of group g; halves of 4 groups each, then whole
+                    let b0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                    let b1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+                    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(b0, b1), _mm256_permute2x128_si256::<0x31>(b0, b1))
+                };
+                // q4: take off the + 8 of the stored nibbles, 8 · Σx per group
+                let isum = if Q4 { _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(unsafe { _mm256_loadu_si256(sums.add(t * gpr + g0).cast()) })) } else { isum };
+                let sx = unsafe { _mm256_loadu_ps(xs.add(t * gpr + g0)) };
+                let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx));
+                let [lo, hi] = acc;
+                let half = if b % 2 == 0 { lo } else { hi };
+                *half = _mm256_add_ps(*half, term);
+            }
+        }
+        acc.map(|[lo, hi]| {
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: lanes is [f32; 16]: two 8-float stores.
+            unsafe {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
+            }
+            reduce(lanes)
+        })
+    }
+}
+
