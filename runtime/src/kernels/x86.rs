@@ -191,6 +191,14 @@ impl Dots for Avx2 {
         unsafe { dot_avx2(w, x) }
     }
     #[inline(always)]
+    fn f32_4rows(&self, w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
+        unsafe { dot4_rows_avx2(w, x) }
+    }
+    #[inline(always)]
+    fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
+        unsafe { dot4_rows_avx2(w, x) }
+    }
+    #[inline(always)]
     fn i8(&self, a: &[i8], b: &[i8]) -> i32 {
         super::dot_i8(a, b)
     }
@@ -414,6 +422,42 @@ fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
         _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
     }
     finish(lanes, ra, rb)
+}
+
+/// Four [`dot_avx2`]s of four weight rows against one token (decode): eight accumulators (a
+/// row's lanes 0–7 and 8–15) in flight, the weights asked for ahead. Each result is
+/// bit-identical to the single dot.
+#[target_feature(enable = "avx2,f16c")]
+fn dot4_rows_avx2<W: Weight>(ws: [&[W]; 4], x: &[f32]) -> [f32; 4] {
+    let n = ws.iter().fold(x.len(), |n, r| n.min(r.len()));
+    let wc = ws.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
+    let (xc, rx) = x.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    for (i, xc) in xc.iter().enumerate() {
+        // SAFETY: xc is [f32; 16].
+        let (x0, x1) = unsafe { (_mm256_loadu_ps(xc.as_ptr()), _mm256_loadu_ps(xc.as_ptr().add(8))) };
+        for ([a0, a1], (w, _)) in acc.iter_mut().zip(&wc) {
+            if let Some(w) = w.get(i) {
+                // decode streams the weights once: ask for them ahead (see PREFETCH_BYTES)
+                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES).cast());
+                // SAFETY: w holds 16 weights.
+                let (w0, w1) = unsafe { (W::load8(w.as_ptr()), W::load8(w.as_ptr().add(8))) };
+                *a0 = _mm256_add_ps(*a0, _mm256_mul_ps(w0, x0));
+                *a1 = _mm256_add_ps(*a1, _mm256_mul_ps(w1, x1));
+            }
+        }
+    }
+    let mut out = [0.0f32; 4];
+    for ((o, [a0, a1]), (_, rw)) in out.iter_mut().zip(acc).zip(&wc) {
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: lanes is [f32; 16]: two 8-float stores.
+        unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
+        }
+        *o = finish(lanes, rw, rx);
+    }
+    out
 }
 
 // ---- attention (f32 / f16 / int8 KV cache) ---------------------------------------------------
