@@ -195,6 +195,7 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
     let per = if prefill { tokens.div_ceil(threads).div_ceil(4) * 4 } else { rows.div_ceil(threads).div_ceil(16) * 16 };
     let share = match w.data {
         // f16 prefill widens blocks of weight rows in its scratch (x86 AVX-512): an equal share
+        #[cfg(all(feature = "std", target_arch = "x86_64"))]
         MatrixData::F16(_) if prefill => scratch.len() / threads,
         _ => quant(if prefill { per } else { tokens }),
     };
