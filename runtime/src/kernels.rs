@@ -494,6 +494,68 @@ fn store_out(out: &mut [f32], rows: usize, bias: &[f32], accumulate: bool, t: us
     }
 }
 
+/// A q8/q4 `linear` call as the desktop SIMD kernels (x86 VNNI and AVX2, aarch64 SDOT) take
+/// it: the weights checked to hold `rows` rows, and the activations of `tokens` tokens
+/// quantized into the scratch and checked to be whole.
+#[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) struct QuantJob<'w, 's> {
+    /// q4 (packed nibbles) or q8 weights.
+    pub q4: bool,
+    /// `rows · row_bytes` weight bytes.
+    pub data: &'w [u8],
+    /// `rows · gpr` weight scales.
+    pub scales: &'w [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub tokens: usize,
+    /// Groups per row.
+    pub gpr: usize,
+    /// int8 activations `[tokens, cols]`.
+    pub q: &'s [i8],
+    /// Activation scales `[tokens, gpr]`.
+    pub xs: &'s [f32],
+    /// Activation group sums `[tokens, gpr]`.
+    pub sums: &'s [i32],
+}
+
+/// The [`QuantJob`] of `w` against `x` (for an output of `out_len` values), or None, with
+/// nothing written, when `w` is not q8/q4 with `group`, is empty, has a column count that is
+/// not a multiple of `multiple(q4)`, or its data or the scratch is short. `order(q4)` is the
+/// activation order the kernel reads. Always inlined: the quantizer then compiles with the
+/// calling kernel's target features (AVX-512 vectorises it; a plain call would not).
+#[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[inline(always)]
+pub(crate) fn quant_job<'w, 's>(
+    x: &[f32],
+    out_len: usize,
+    w: &Matrix<'w>,
+    group: usize,
+    multiple: impl Fn(bool) -> usize,
+    order: impl Fn(bool) -> QuantOrder,
+    scratch: &'s mut [f32],
+) -> Option<QuantJob<'w, 's>> {
+    let (rows, cols) = (w.rows, w.cols);
+    let (q4, data, scales): (bool, &[u8], &[f32]) = match w.data {
+        MatrixData::Q8 { values, scales, group: g } if g == group => (false, bytemuck::cast_slice(values), scales),
+        MatrixData::Q4 { packed, scales, group: g } if g == group => (true, packed, scales),
+        _ => return None,
+    };
+    if rows == 0 || cols == 0 || !cols.is_multiple_of(group) || !cols.is_multiple_of(multiple(q4)) {
+        return None;
+    }
+    let tokens = (x.len() / cols).min(out_len / rows);
+    let gpr = cols / group; // cols > 0 is a multiple of group, so group > 0
+    let row_bytes = if q4 { cols / 2 } else { cols };
+    if scratch.len() < tokens * quant_scratch_len(cols, group) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
+        return None;
+    }
+    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, group, tokens, scratch, order(q4));
+    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
+        return None;
+    }
+    Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums })
+}
+
 /// Quantizes `tokens` rows of `x` (`cols` wide) into the scratch ([`quant_scratch_len`] per
 /// token). A short scratch yields short views (the kernels then stop early, never overrun).
 #[inline(always)]

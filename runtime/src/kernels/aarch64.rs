@@ -43,7 +43,7 @@ extern crate std;
 use core::arch::aarch64::*;
 use core::arch::asm;
 
-use super::{quant_scratch_len, quantize_rows, store_out, Matrix, MatrixData, QuantOrder, QuantRows};
+use super::{quant_job, store_out, Matrix, QuantJob, QuantOrder};
 
 /// The group size the SDOT kernels handle (the converter's default); other groups take the
 /// portable path.
@@ -71,25 +71,9 @@ pub(super) fn has_sdot() -> bool {
 /// the caller then runs the portable path.
 #[target_feature(enable = "dotprod")]
 pub(super) fn linear_quant_sdot(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    let (rows, cols) = (w.rows, w.cols);
-    let (q4, data, scales): (bool, &[u8], &[f32]) = match w.data {
-        MatrixData::Q8 { values, scales, group: GROUP } if cols.is_multiple_of(GROUP) => (false, bytemuck::cast_slice(values), scales),
-        MatrixData::Q4 { packed, scales, group: GROUP } if cols.is_multiple_of(GROUP) => (true, packed, scales),
-        _ => return false,
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, .. }) = quant_job(x, out.len(), w, GROUP, |_| GROUP, |_| QuantOrder::Natural, scratch) else {
+        return false;
     };
-    if rows == 0 || cols == 0 {
-        return true;
-    }
-    let tokens = (x.len() / cols).min(out.len() / rows);
-    let gpr = cols / GROUP;
-    let row_bytes = if q4 { cols / 2 } else { cols };
-    if scratch.len() < tokens * quant_scratch_len(cols, GROUP) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
-        return false;
-    }
-    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, GROUP, tokens, scratch, QuantOrder::Natural);
-    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
-        return false;
-    }
     let (q, xs, sums) = (q.as_ptr(), xs.as_ptr(), sums.as_ptr());
     let mut out = Out { out, rows, bias, accumulate };
     // SAFETY: rows·row_bytes bytes of weights, rows·gpr scales, and the activations of
@@ -471,7 +455,7 @@ fn reduce16([a0, a1, a2, a3]: [float32x4_t; 4]) -> f32 {
 mod tests {
     use super::*;
     use crate::kernels::tests::quant_linear_matches_portable;
-    use crate::kernels::{linear_impl, quantize_group_q8, Portable};
+    use crate::kernels::{linear_impl, quant_scratch_len, quantize_group_q8, MatrixData, Portable};
 
     /// `linear_quant_sdot` must give the portable kernel's bits for every shape it accepts:
     /// rows in and beyond the decode's tiles of 4, rows of 1 to 96 groups (full 16-group passes,

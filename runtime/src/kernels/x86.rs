@@ -10,7 +10,7 @@ use half::f16;
 
 mod amx;
 
-use super::{attention_impl, linear_impl, quantize_rows, reduce, Attend, Dots, KvElem, Matrix, MatrixData, QuantOrder, QuantRows, LANES};
+use super::{attention_impl, linear_impl, quant_job, reduce, Attend, Dots, KvElem, Matrix, MatrixData, QuantJob, QuantOrder, LANES};
 use crate::kv_cache::{HeadRows, KvHead};
 
 /// Whether the CPU has AVX-512F/BW, and `GPT2_MCU_NO_AVX512` (set and not "0") does not turn
@@ -415,13 +415,20 @@ fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
             hi = _mm256_add_ps(hi, _mm256_mul_ps(W::load8(x.as_ptr().add(8)), _mm256_loadu_ps(y.as_ptr().add(8))));
         }
     }
+    finish(lanes_avx2(lo, hi), ra, rb)
+}
+
+/// The AVX2 kernels' two 8-lane registers (lanes 0–7, 8–15) as the portable 16 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn lanes_avx2(lo: __m256, hi: __m256) -> [f32; LANES] {
     let mut lanes = [0.0f32; LANES];
     // SAFETY: lanes is [f32; 16]: two 8-float stores.
     unsafe {
         _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
         _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
     }
-    finish(lanes, ra, rb)
+    lanes
 }
 
 /// Four [`dot_avx2`]s of four weight rows against one token (decode): eight accumulators (a
@@ -449,13 +456,7 @@ fn dot4_rows_avx2<W: Weight>(ws: [&[W]; 4], x: &[f32]) -> [f32; 4] {
     }
     let mut out = [0.0f32; 4];
     for ((o, [a0, a1]), (_, rw)) in out.iter_mut().zip(acc).zip(&wc) {
-        let mut lanes = [0.0f32; LANES];
-        // SAFETY: lanes is [f32; 16]: two 8-float stores.
-        unsafe {
-            _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
-        }
-        *o = finish(lanes, rw, rx);
+        *o = finish(lanes_avx2(a0, a1), rw, rx);
     }
     out
 }
@@ -1086,28 +1087,14 @@ pub(super) fn has_avx512vnni() -> bool {
 /// portable path.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    let (rows, cols) = (w.rows, w.cols);
-    let (q4, data, scales): (bool, &[u8], &[f32]) = match w.data {
-        MatrixData::Q8 { values, scales, group: VNNI_GROUP } if cols % 64 == 0 => (false, bytemuck::cast_slice(values), scales),
-        MatrixData::Q4 { packed, scales, group: VNNI_GROUP } if cols % 128 == 0 => (true, packed, scales),
-        _ => return false,
-    };
-    if rows == 0 || cols == 0 {
-        return true;
-    }
-    let tokens = (x.len() / cols).min(out.len() / rows);
-    let gpr = cols / VNNI_GROUP;
-    let row_bytes = if q4 { cols / 2 } else { cols };
-    if scratch.len() < tokens * super::quant_scratch_len(cols, VNNI_GROUP) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
+    let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
+    let multiple = |q4| if q4 { 128 } else { 64 };
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums }) = quant_job(x, out.len(), w, VNNI_GROUP, multiple, order, scratch) else {
         return false;
-    }
+    };
+    let row_bytes = if q4 { cols / 2 } else { cols };
     // prefill on AMX tiles where the CPU has them (16 rows × 16 tokens per tile product)
     let tiles = tokens >= amx::MIN_TOKENS && cols <= amx::MAX_COLS && amx::available();
-    let order = if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
-    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
-    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
-        return false;
-    }
     if tiles {
         let wt = amx::Weights { q4, data, scales, rows, cols };
         // SAFETY: AMX is available; weights and activations were checked above.
@@ -1443,67 +1430,45 @@ const AVX2_BLOCK: usize = 8;
 /// written nothing, for other dtypes and shapes or a short scratch.
 #[target_feature(enable = "avx2,f16c")]
 fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    let (rows, cols) = (w.rows, w.cols);
-    let (q4, data, scales): (bool, &[u8], &[f32]) = match w.data {
-        MatrixData::Q8 { values, scales, group: VNNI_GROUP } => (false, bytemuck::cast_slice(values), scales),
-        MatrixData::Q4 { packed, scales, group: VNNI_GROUP } => (true, packed, scales),
-        _ => return false,
+    let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums }) = quant_job(x, out.len(), w, VNNI_GROUP, |_| AVX2_BLOCK * VNNI_GROUP, order, scratch) else {
+        return false;
     };
-    if rows == 0 || cols == 0 || cols % (AVX2_BLOCK * VNNI_GROUP) != 0 {
-        return false;
-    }
-    let tokens = (x.len() / cols).min(out.len() / rows);
-    let gpr = cols / VNNI_GROUP;
     let row_bytes = if q4 { cols / 2 } else { cols };
-    if scratch.len() < tokens * super::quant_scratch_len(cols, VNNI_GROUP) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
-        return false;
-    }
-    let order = if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
-    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, VNNI_GROUP, tokens, scratch, order);
-    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
-        return false;
-    }
-    let a = Avx2Quant { cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
+    let a = RowQuant { q4, cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
     for o in 0..rows {
         // SAFETY: row o has `row_bytes` bytes and `gpr` scales (checked above).
         let (wrow, wsc) = unsafe { (data.as_ptr().add(o * row_bytes), scales.as_ptr().add(o * gpr)) };
         let tiled = tokens / TOKEN_TILE * TOKEN_TILE;
         for t0 in (0..tiled).step_by(TOKEN_TILE) {
             // SAFETY: tokens t0..t0+4 < tokens have their activations (checked above).
-            let ys = unsafe { if q4 { a.row::<true, TOKEN_TILE>(wrow, wsc, t0) } else { a.row::<false, TOKEN_TILE>(wrow, wsc, t0) } };
+            let ys = unsafe { if q4 { a.row_avx2::<true, TOKEN_TILE>(wrow, wsc, t0) } else { a.row_avx2::<false, TOKEN_TILE>(wrow, wsc, t0) } };
             for (k, y) in ys.into_iter().enumerate() {
                 super::store_out(out, rows, bias, accumulate, t0 + k, o, y);
             }
         }
         for t in tiled..tokens {
             // SAFETY: as above, token t < tokens.
-            let [y] = unsafe { if q4 { a.row::<true, 1>(wrow, wsc, t) } else { a.row::<false, 1>(wrow, wsc, t) } };
+            let [y] = unsafe { if q4 { a.row_avx2::<true, 1>(wrow, wsc, t) } else { a.row_avx2::<false, 1>(wrow, wsc, t) } };
             super::store_out(out, rows, bias, accumulate, t, o, y);
         }
     }
     true
 }
 
-/// The quantized activations of a [`linear_quant_avx2`] call (as [`RowQuant`]).
-struct Avx2Quant {
-    cols: usize,
-    gpr: usize,
-    q: *const i8,
-    xs: *const f32,
-    sums: *const i32,
-}
-
-impl Avx2Quant {
+/// The AVX2 rows of a [`linear_quant_avx2`] call (its activations as [`RowQuant`] holds them
+/// for VNNI).
+impl RowQuant {
     /// One weight row against tokens t0..t0+NT, blocks of 8 groups, weights loaded once per
-    /// block for the NT tokens.
+    /// block for the NT tokens (AVX2).
     ///
     /// # Safety
     /// `wrow`/`wsc` must hold one row (`cols` or `cols/2` bytes, `gpr` scales), `gpr` a
     /// multiple of 8, and tokens t0..t0+NT must exist in `q`, `xs`, `sums`.
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn row<const Q4: bool, const NT: usize>(&self, wrow: *const u8, wsc: *const f32, t0: usize) -> [f32; NT] {
-        let Self { cols, gpr, q, xs, sums } = *self;
+    unsafe fn row_avx2<const Q4: bool, const NT: usize>(&self, wrow: *const u8, wsc: *const f32, t0: usize) -> [f32; NT] {
+        let Self { cols, gpr, q, xs, sums, .. } = *self;
         let mut acc = [[_mm256_setzero_ps(); 2]; NT];
         let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
         for b in 0..gpr / AVX2_BLOCK {
@@ -1565,15 +1530,7 @@ impl Avx2Quant {
                 *half = _mm256_add_ps(*half, term);
             }
         }
-        acc.map(|[lo, hi]| {
-            let mut lanes = [0.0f32; LANES];
-            // SAFETY: lanes is [f32; 16]: two 8-float stores.
-            unsafe {
-                _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
-            }
-            reduce(lanes)
-        })
+        acc.map(|[lo, hi]| reduce(lanes_avx2(lo, hi)))
     }
 }
 
