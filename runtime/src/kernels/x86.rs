@@ -131,10 +131,8 @@ fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32
 
 #[target_feature(enable = "avx512f,avx512bw")]
 fn linear_avx512(d: &Avx512, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-    if let MatrixData::F16(data) = w.data {
-        if f16_prefill_widened(d, out, x, data, w.rows, w.cols, bias, acc, scratch) {
-            return;
-        }
+    if f16_prefill_widened(d, out, x, w, bias, acc, scratch) {
+        return;
     }
     linear_impl(d, out, x, w, bias, acc, scratch)
 }
@@ -146,11 +144,11 @@ const F16_WIDEN_MIN_TOKENS: usize = 8;
 /// the f32 tiles over every token. The 4 × 4 f16 tiles converted each weight vector again for
 /// every 4 tokens, a conversion that takes the same two ports as the multiplies and adds; now
 /// it is paid once per batch. Widening is exact and the f32 tiles do the f16 tiles' products
-/// and sums, so the bits are the same. Returns false, having written nothing, when there are
-/// fewer tokens or the scratch holds fewer than 4 rows (then the f16 tiles run).
-#[allow(clippy::too_many_arguments)]
+/// and sums, so the bits are the same. Returns false, having written nothing, for other
+/// dtypes, fewer tokens or a scratch of fewer than 4 rows (then the f16 tiles run).
 #[target_feature(enable = "avx512f,avx512bw")]
-fn f16_prefill_widened(d: &Avx512, out: &mut [f32], x: &[f32], data: &[f16], rows: usize, cols: usize, bias: &[f32], acc: bool, scratch: &mut [f32]) -> bool {
+fn f16_prefill_widened(d: &Avx512, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) -> bool {
+    let (MatrixData::F16(data), rows, cols) = (w.data, w.rows, w.cols) else { return false };
     if rows == 0 || cols == 0 {
         return false;
     }
