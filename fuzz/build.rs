@@ -28,7 +28,7 @@ fn main() {
 
     // A checkpoint with a tokenizer: random weights plus the 300-token vocab.
     let tok_model = out.join("tok300-model");
-    let shape = RandomShape { n_layer: 2, n_embd: 16, n_head: 2, vocab_size: 300, n_ctx: 16 };
+    let shape = RandomShape::gpt2(2, 16, 2, 300, 16);
     write_random(&tok_model, shape, 1).expect("write random checkpoint");
     for f in ["vocab.json", "merges.txt"] {
         std::fs::copy(tok300.join(f), tok_model.join(f)).expect("copy tokenizer-300 files");

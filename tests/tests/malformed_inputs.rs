@@ -22,6 +22,8 @@ use runtime::error::{ConfigField, SamplerParam};
 use runtime::generate::{generate, Control, GenerateOptions, StopReason, Summary};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::tokenizer::Tokenizer;
+use runtime::config::{Arch, LayerMask};
+use runtime::kv_cache::KvLayout;
 use runtime::{Activation, Config, Error, KvDType, Model, Session, SessionSizes};
 
 // ---- a small model, written by the real writer -------------------------------------------------
@@ -43,6 +45,10 @@ fn config() -> Config {
         scale_attn_by_inverse_layer_idx: false,
         bos_token_id: 259,
         eos_token_id: 259,
+        arch: Arch::Gpt2,
+        qkv_bias: true,
+        attn_window: 0,
+        local_layers: LayerMask::NONE,
     }
 }
 
@@ -105,7 +111,7 @@ fn tensors(cfg: &Config, dtype: DType) -> Vec<TensorData> {
 }
 
 fn contents(cfg: Config, tensors: Vec<TensorData>, tokenizer: Option<Vec<u8>>) -> BlobContents<'static> {
-    BlobContents { config: cfg, provenance: PROVENANCE, tensors, tokenizer }
+    BlobContents { config: cfg, provenance: PROVENANCE, tensors, tokenizer, source_vocab: None }
 }
 
 /// The valid model: f32, with the tokenizer.
@@ -252,7 +258,7 @@ impl Raw {
         let (h, table) = blob::parse_header(bytes, &pre).expect("header");
         let entries: Vec<TensorEntry> = TensorTable::new(table, h.n_tensors).map(|e| e.expect("entry")).collect();
         let data_start = blob::align_up((blob::PREAMBLE_LEN + pre.header_len as usize) as u64);
-        let header = Header { config: h.config, provenance: PROVENANCE, tokenizer: h.tokenizer, n_tensors: h.n_tensors };
+        let header = Header { provenance: PROVENANCE, ..h };
         Raw { header, entries, data: bytes[data_start as usize..].to_vec(), data_start, header_len: None }
     }
 
@@ -938,14 +944,14 @@ fn kv_cache_size_saturates_instead_of_overflowing() {
     use runtime::KvCache;
     let cfg = Config { n_layer: 1024, n_embd: 65536, n_head: 1, n_ctx: 65536, ..config() };
     // representable sizes are exact
-    assert_eq!(KvCache::required_len(KvDType::F32, 1024, 65536, 65536, 1), 1 << 43);
+    assert_eq!(KvCache::required_len(KvDType::F32, &KvLayout::uniform(1024, 65536, 65536, 1)), 1 << 43);
     assert_eq!(SessionSizes::with_kv(&cfg, 65536, 1, KvDType::I8).kv_len, (1 << 41) + (1 << 27));
     let huge = usize::MAX / 1024;
     for (kv_dtype, want) in [(KvDType::F32, usize::MAX), (KvDType::F16, usize::MAX.div_ceil(2)), (KvDType::I8, usize::MAX)] {
         let result = catch_unwind(|| SessionSizes::with_kv(&cfg, huge, 1, kv_dtype).kv_len);
         assert_eq!(result.ok(), Some(want), "{kv_dtype:?}: SessionSizes::with_kv overflowed");
         let mut buf = [0.0f32; 64];
-        let result = catch_unwind(AssertUnwindSafe(|| KvCache::new(&mut buf, kv_dtype, 1024, huge, 65536, 1).err()));
+        let result = catch_unwind(AssertUnwindSafe(|| KvCache::new(&mut buf, kv_dtype, KvLayout::uniform(1024, huge, 65536, 1)).err()));
         assert_eq!(result.ok(), Some(Some(Error::KvCacheTooSmall { needed: want, available: 64 })), "{kv_dtype:?}");
     }
 }
