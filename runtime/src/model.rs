@@ -173,6 +173,14 @@ impl<'a> Model<'a> {
         let has_lm_head = header.n_tensors as usize == 5 + per_layer * config.n_layer();
         let expected_tensors = 4 + usize::from(has_lm_head) + per_layer * config.n_layer();
         if header.n_tensors as usize != expected_tensors {
+            // The config and the table disagree about q/k/v biases: name that tensor.
+            let mut table = TensorTable::new(table_bytes, header.n_tensors);
+            let bias = table.find_map(|e| e.ok().filter(|e| e.role == Role::AttnCAttnBias));
+            match (config.qkv_bias, bias) {
+                (false, Some(e)) => return Err(Error::UnexpectedTensor { role: e.role, layer: e.layer }),
+                (true, None) => return Err(Error::MissingTensor { role: Role::AttnCAttnBias, layer: 0 }),
+                _ => {}
+            }
             // Report the first tensor the count says is missing (or extra).
             return Err(if (header.n_tensors as usize) < expected_tensors {
                 Error::MissingTensor { role: Role::Ln1Weight, layer: config.n_layer - 1 }
