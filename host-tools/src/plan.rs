@@ -325,9 +325,14 @@ impl Plan {
         let mut s = String::new();
         let c = &self.config;
         let _ = writeln!(s, "{blob_name} on {} ({})", self.target.name, self.target.chip);
+        let attention = match c.local_layers.count() {
+            0 => String::new(),
+            n => format!(" ({n} local, window {})", c.attn_window),
+        };
+        let arch = if c.arch == runtime::config::Arch::Gpt2 { String::new() } else { format!("{}, ", c.arch.name()) };
         let _ = writeln!(
             s,
-            "model: {} layers, n_embd {}, n_head {}, vocab_size {}, n_ctx {}, {} weights",
+            "model: {arch}{} layers{attention}, n_embd {}, n_head {}, vocab_size {}, n_ctx {}, {} weights",
             c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.n_ctx, self.weight_dtype
         );
         let _ = writeln!(
@@ -366,6 +371,19 @@ impl Plan {
                             row(&mut s, 6, "attention scores", r.scores);
                             row(&mut s, 6, "logits", r.logits);
                             row(&mut s, 4, &format!("KV cache ({}, {} positions)", self.kv_dtype.name(), self.ctx), r.kv());
+                            let locals = c.local_layers.count();
+                            if locals > 0 {
+                                // the local layers hold rings of min(ctx, W) positions
+                                let layout = runtime::kv_cache::KvLayout::new(c, self.ctx);
+                                let bytes = |local: bool| -> u64 {
+                                    (0..c.n_layer()).filter(|&l| c.is_local(l) == local).map(|l| layout.layer_bytes(self.kv_dtype, l) as u64).sum()
+                                };
+                                let globals = c.n_layer() - locals;
+                                if globals > 0 {
+                                    row(&mut s, 6, &format!("{globals} global layers ({} positions)", self.ctx), bytes(false));
+                                }
+                                row(&mut s, 6, &format!("{locals} local layers (ring of {})", layout.local_capacity), bytes(true));
+                            }
                             row(&mut s, 4, "token window (u32)", r.window);
                         }
                         Part::Stack => {

@@ -479,7 +479,8 @@ fn kv_formula(cfg: &runtime::Config, capacity: usize, kv: KvDType) -> String {
         terms.push(format!("2 · {locals} local layers · {} (window {})", layout.local_capacity, cfg.attn_window));
     }
     let scale = if kv == KvDType::I8 { " + a 4-byte scale per head per position" } else { "" };
-    format!("{}: ({}) · {} embd · {bytes} B{scale}", kv.name(), terms.join(" + "), cfg.n_embd)
+    let positions = if terms.len() == 1 { terms.join("") } else { format!("({})", terms.join(" + ")) };
+    format!("{}: {positions} · {} embd · {bytes} B{scale}", kv.name(), cfg.n_embd)
 }
 
 fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>) -> Result<()> {
