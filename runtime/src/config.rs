@@ -68,21 +68,34 @@ impl LayerMask {
         self
     }
 
-    /// Layers in the set below `l`.
+    /// Layers in the set below `l`. (Out of line: one short loop in the firmware, not one
+    /// unrolled copy per caller.)
+    #[inline(never)]
     pub const fn count_below(&self, l: usize) -> usize {
         let mut n = 0;
         let mut i = 0;
         while i < 16 && i * 64 < l {
-            let w = match self.word(i) {
+            let mut w = match self.word(i) {
                 Some(w) => w,
                 None => 0,
             };
             let bits = l - i * 64;
-            let w = if bits >= 64 { w } else { w & ((1u64 << bits) - 1) };
-            n += w.count_ones() as usize;
+            if bits < 64 {
+                w &= (1u64 << bits) - 1;
+            }
+            // one step per set bit: a short loop where Cortex-M has no popcount instruction
+            while w != 0 {
+                w &= w - 1;
+                n += 1;
+            }
             i += 1;
         }
         n
+    }
+
+    /// True when no layer is in the set.
+    pub const fn is_empty(&self) -> bool {
+        self.last().is_none()
     }
 
     /// Layers in the set.

@@ -247,13 +247,13 @@ impl<'a> Session<'a> {
     /// GPT-2 / GPT-Neo forward pass for one batch of T tokens at positions pos..pos+T.
     fn forward_batch(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) {
         let model = self.model;
-        let cfg = *model.config();
+        let cfg = model.config();
         let (c, t_len) = (cfg.n_embd(), tokens.len());
         let (n_head, d) = (cfg.n_head(), cfg.head_dim());
         let p0 = self.cache.len();
         let par = self.par;
-        let per_work = SessionSizes::work_len(&cfg);
-        let per_q = SessionSizes::per_token(&cfg) - 2 * c - per_work;
+        let per_work = SessionSizes::work_len(cfg);
+        let per_q = SessionSizes::per_token(cfg) - 2 * c - per_work;
 
         let (x, rest) = take(self.arena, self.batch * c); //        residual stream (T, C)
         let (xn, rest) = take(rest, self.batch * c); //             normed / attention out (T, C)
