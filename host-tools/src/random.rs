@@ -88,7 +88,7 @@ impl RandomShape {
 /// repeats over all layers (as transformers' configs say it), else one entry per run.
 fn attention_types(layers: &[&str]) -> Value {
     for len in 1..=layers.len() {
-        if layers.len() % len == 0 && layers.chunks(len).all(|c| c == &layers[..len]) {
+        if layers.len().is_multiple_of(len) && layers.chunks(len).all(|c| c == &layers[..len]) {
             return json!([[layers[..len].to_vec(), layers.len() / len]]);
         }
     }

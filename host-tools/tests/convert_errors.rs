@@ -96,9 +96,12 @@ fn other_architectures_are_named_with_what_is_supported() {
     }
 }
 
+/// A named edit of config.json and what the error must say.
+type ConfigCase = (&'static str, fn(&mut serde_json::Map<String, Value>), &'static [&'static str]);
+
 #[test]
 fn inconsistent_gpt_neo_configs() {
-    let cases: [(&str, fn(&mut serde_json::Map<String, Value>), &[&str]); 7] = [
+    let cases: [ConfigCase; 7] = [
         (
             "layers",
             |j| {
