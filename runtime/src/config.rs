@@ -207,6 +207,15 @@ impl Config {
     pub const fn is_local(&self, l: usize) -> bool {
         self.local_layers.contains(l)
     }
+    /// The factor on layer `l`'s attention scores: 1/√D with `scale_attn_weights` (GPT-2; GPT-Neo
+    /// does not scale: 1), divided by l + 1 with `scale_attn_by_inverse_layer_idx`.
+    pub fn attn_scale(&self, l: usize) -> f32 {
+        let mut scale = if self.scale_attn_weights { 1.0 / libm::sqrtf(self.head_dim() as f32) } else { 1.0 };
+        if self.scale_attn_by_inverse_layer_idx {
+            scale /= (l + 1) as f32;
+        }
+        scale
+    }
     /// Positions layer `l` keeps in a KV cache of `capacity` positions: `min(capacity, W)` for
     /// a local layer (a ring of its last W positions), `capacity` for a global one.
     pub const fn layer_capacity(&self, l: usize, capacity: usize) -> usize {

@@ -278,14 +278,9 @@ impl<'a> Session<'a> {
             // attn.c_attn (GPT-Neo: q_proj | k_proj | v_proj, no bias): qkv = xn · W_attnᵀ + b   (T, 3C)
             let qkv = work.get_mut(..t_len * 3 * c).unwrap_or(&mut []);
             kernels::linear_par(par, qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false, xq);
-            // the score scale: 1/√D (GPT-2's scale_attn_weights; GPT-Neo: 1), then 1/(l + 1)
-            let mut scale = if cfg.scale_attn_weights { 1.0 / libm::sqrtf(d as f32) } else { 1.0 };
-            if cfg.scale_attn_by_inverse_layer_idx {
-                scale /= (l + 1) as f32;
-            }
-            // per token: append its k, v to layer l's cache (a ring of W slots if local), then
-            // causal attention softmax(q·kᵀ·scale) · v per head over what the cache holds:
-            // positions 0..=p (global) or p − W < j ≤ p (local), heads concatenated
+            // causal attention softmax(q·kᵀ·scale) · v per head, heads concatenated, token by token:
+            // store its k, v (a local layer's ring keeps the last W), attend to what the cache holds
+            let scale = cfg.attn_scale(l);
             for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
                 let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
                 self.cache.store(l, p0 + t, k, v);
