@@ -51,6 +51,9 @@ LLVM_NM="$(dirname "$LLVM_SIZE")/llvm-nm"
 # flags to the rustflags in each board's .cargo/config.toml.)
 BUILD_ROOT="${FIRMWARE_BUILD_DIR:-/tmp/gpt2-mcu-firmware}"
 mkdir -p "$BUILD_ROOT"
+# A mirror of this tree: sources a run from another checkout left there are removed first (a
+# stale file can break the build or change it), the build caches (target directories) are kept.
+find "$BUILD_ROOT" -mindepth 1 \( -name target -o -name 'target-*' \) -prune -o \( -type f -o -type l \) -print0 | xargs -0 rm -f
 tar -C "$ROOT" --exclude=./.git --exclude=./target --exclude='./target-*' --exclude='./boards/*/target' \
     --exclude=./fuzz/target -cf - . | tar -C "$BUILD_ROOT" -xf -
 REMAP="--remap-path-prefix=$BUILD_ROOT=/gpt2-mcu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"

@@ -1604,10 +1604,13 @@ mod tests {
     /// `attention` over the cache's strided views (whichever build this CPU runs, and the
     /// portable build) must give the bits of the per-position formulation (`attention_ref` over
     /// `KvCache::score` / `add_value`) for every KV dtype: head widths with and without full
-    /// 64/16/4-element blocks, position counts around the 16-position blocks, every layer and head.
+    /// 64/16/4-element blocks, position counts around the 16-position blocks, every layer and
+    /// head; in the two-layer shapes layer 1 is a local layer's ring of 7 slots, written past
+    /// its wrap.
     #[test]
     fn attention_equals_per_position_reference_bit_for_bit() {
-        use crate::kv_cache::{KvCache, KvDType};
+        use crate::config::LayerMask;
+        use crate::kv_cache::{KvCache, KvDType, KvLayout};
         // (n_layer, capacity, n_embd, n_head): D = 64 (GPT-2), 28 (the shipped model), 17, 3, 80, 100
         let shapes = [(2usize, 40usize, 768usize, 12usize), (1, 37, 112, 4), (2, 21, 51, 3), (1, 18, 12, 4), (1, 35, 160, 2), (1, 20, 200, 2)];
         // Miri (minutes per shape): the shipped model's D = 28 and the narrow D = 3, 18 positions
@@ -1616,8 +1619,13 @@ mod tests {
         for (si, &(n_layer, cap, c, h)) in shapes.iter().enumerate() {
             let d = c / h;
             for dtype in [KvDType::F32, KvDType::F16, KvDType::I8] {
-                let mut buf = std::vec![0.0f32; KvCache::required_len(dtype, n_layer, cap, c, h)];
-                let mut cache = KvCache::new(&mut buf, dtype, n_layer, cap, c, h).unwrap();
+                let mut layout = KvLayout::uniform(n_layer, cap, c, h);
+                if n_layer == 2 {
+                    layout.local = LayerMask::NONE.with(1);
+                    layout.local_capacity = 7;
+                }
+                let mut buf = std::vec![0.0f32; KvCache::required_len(dtype, &layout)];
+                let mut cache = KvCache::new(&mut buf, dtype, layout).unwrap();
                 for l in 0..n_layer {
                     for pos in 0..cap {
                         let seed = (si * 1000 + l * 100 + pos) as u32;
@@ -1637,14 +1645,15 @@ mod tests {
                 let lens: Vec<usize> = lens.iter().copied().chain([cap]).filter(|&s| s <= cap).collect();
                 for l in 0..n_layer {
                     for head in 0..h {
-                        for &len in &lens {
+                        for &end in &lens {
+                            let len = end.min(layout.layer_capacity(l));
                             let q: Vec<f32> = pseudo(d, (si * 7919 + l * 31 + head * 7 + len) as u32).iter().map(|v| v * 2.0).collect();
                             let scale = 1.0 / libm::sqrtf(d as f32) / (l + 1) as f32;
                             let mut scratch = std::vec![0.0f32; cap];
                             let mut want = std::vec![0.0f32; d];
                             let cref = &cache;
                             attention_ref(&mut want, len, scale, &mut scratch, |s| cref.score(l, s, head, &q), |s, p, o| cref.add_value(l, s, head, p, o));
-                            let kv = cache.head(l, head, len);
+                            let kv = cache.head(l, head, end);
                             assert_eq!(kv.len(), len);
                             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
                             let what = std::format!("{dtype:?} D={d} layer {l} head {head} positions {len}");

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! arena (f32): x [B, C] | xn [B, C] | work [B, max(3C, I)] | xq [B, Q] | scores [capacity] | logits [V]
-//! kv         : (n_layer, 2, capacity, C) as f32, f16 or int8 (+ scales)   B = tokens per batch
+//! kv         : per layer (2, cap_l, C) as f32, f16 or int8 (+ scales)     B = tokens per batch
+//!              cap_l = capacity (global layer) or min(capacity, W) (local layer: a ring)
 //! Q = f32 slots to hold one quantized activation row of max(C, I) for q8/q4 weights
 //!     (`kernels::quant_scratch_len`: int8 values and group scales, or the Cortex-M DSP row
 //!     kernels' int16 layout)
@@ -14,7 +15,7 @@
 use crate::config::Config;
 use crate::error::Error;
 use crate::kernels;
-use crate::kv_cache::{KvCache, KvDType};
+use crate::kv_cache::{KvCache, KvDType, KvLayout};
 use crate::model::{Model, MIN_GROUP};
 
 /// Buffer sizes (in f32 elements) for a session of a given context capacity and batch size.
@@ -66,13 +67,7 @@ impl SessionSizes {
             // saturating: a config that passes validation can still overflow a 32-bit usize
             // here; a saturated size then fails `Session::new` as ArenaTooSmall
             arena_len: batch.saturating_mul(Self::per_token(config)).saturating_add(capacity).saturating_add(config.vocab_size as usize),
-            kv_len: KvCache::required_len(
-                kv_dtype,
-                config.n_layer as usize,
-                capacity,
-                config.n_embd as usize,
-                config.n_head as usize,
-            ),
+            kv_len: KvCache::required_len(kv_dtype, &KvLayout::new(config, capacity)),
             kv_dtype,
         }
     }
@@ -82,7 +77,8 @@ impl SessionSizes {
         self.arena_len.saturating_mul(4)
     }
 
-    /// Bytes of the KV cache: 2 · n_layer · capacity · n_embd · (4 | 2 | 1) (+ int8 scales).
+    /// Bytes of the KV cache: Σ_l 2 · cap_l · n_embd · (4 | 2 | 1) (+ int8 scales), cap_l =
+    /// capacity for a global layer, min(capacity, W) for a local one.
     pub const fn kv_bytes(&self) -> usize {
         self.kv_len.saturating_mul(4)
     }
@@ -131,7 +127,7 @@ impl<'a> Session<'a> {
             return Err(Error::ArenaTooSmall { needed: one.arena_len, available: arena.len() });
         }
         let batch = ((arena.len() - one.arena_len) / SessionSizes::per_token(cfg) + 1).min(capacity);
-        let cache = KvCache::new(kv, kv_dtype, cfg.n_layer(), capacity, cfg.n_embd(), cfg.n_head())?;
+        let cache = KvCache::new(kv, kv_dtype, KvLayout::new(cfg, capacity))?;
         Ok(Self { model, arena, cache, batch, has_logits: false, par: None })
     }
 
@@ -248,16 +244,16 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// GPT-2 forward pass for one batch of T tokens at positions pos..pos+T.
+    /// GPT-2 / GPT-Neo forward pass for one batch of T tokens at positions pos..pos+T.
     fn forward_batch(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) {
         let model = self.model;
-        let cfg = *model.config();
+        let cfg = model.config();
         let (c, t_len) = (cfg.n_embd(), tokens.len());
         let (n_head, d) = (cfg.n_head(), cfg.head_dim());
         let p0 = self.cache.len();
         let par = self.par;
-        let per_work = SessionSizes::work_len(&cfg);
-        let per_q = SessionSizes::per_token(&cfg) - 2 * c - per_work;
+        let per_work = SessionSizes::work_len(cfg);
+        let per_q = SessionSizes::per_token(cfg) - 2 * c - per_work;
 
         let (x, rest) = take(self.arena, self.batch * c); //        residual stream (T, C)
         let (xn, rest) = take(rest, self.batch * c); //             normed / attention out (T, C)
@@ -279,26 +275,20 @@ impl<'a> Session<'a> {
             let w = model.layer(l);
             // ln_1
             kernels::layer_norm(xn, x, w.ln_1_weight, w.ln_1_bias, cfg.layer_norm_epsilon);
-            // attn.c_attn: qkv = xn · W_attnᵀ + b   (T, 3C), split as q | k | v
+            // attn.c_attn (GPT-Neo: q_proj | k_proj | v_proj, no bias): qkv = xn · W_attnᵀ + b   (T, 3C)
             let qkv = work.get_mut(..t_len * 3 * c).unwrap_or(&mut []);
             kernels::linear_par(par, qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false, xq);
-            // append this batch's k and v to the cache (layer l)
-            for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
+            // causal attention softmax(q·kᵀ·scale) · v per head, heads concatenated, token by token:
+            // store its k, v (a local layer's ring keeps the last W), attend to what the cache holds
+            let scale = cfg.attn_scale(l);
+            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
                 let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
                 self.cache.store(l, p0 + t, k, v);
-            }
-            // causal multi-head attention: softmax(q·kᵀ / √D) · v per head, heads concatenated
-            let mut scale = if cfg.scale_attn_weights { 1.0 / libm::sqrtf(d as f32) } else { 1.0 };
-            if cfg.scale_attn_by_inverse_layer_idx {
-                scale /= (l + 1) as f32;
-            }
-            // (token t at position p0 + t sees positions 0..=p0 + t)
-            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
                 for (h, (q, out_h)) in row.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(n_head).enumerate() {
                     kernels::attention(out_h, q, &self.cache.head(l, h, p0 + t + 1), scale, scores);
                 }
             }
-            // attn.c_proj, then the residual: x += attn · W_projᵀ + b
+            // attn.c_proj (GPT-Neo: out_proj), then the residual: x += attn · W_projᵀ + b
             kernels::linear_par(par, x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true, xq);
             // ln_2
             kernels::layer_norm(xn, x, w.ln_2_weight, w.ln_2_bias, cfg.layer_norm_epsilon);

@@ -128,12 +128,19 @@ fn generate_and_report<P: Platform>(
     let t = now();
     let model = Model::from_blob(blob)?;
     let load_ticks = now() - t;
-    let cfg = *model.config();
+    let cfg = model.config();
     let tok = model.tokenizer();
+    let _ = write!(err, "model: ");
+    if cfg.arch != runtime::config::Arch::Gpt2 {
+        let _ = write!(err, "{}, ", cfg.arch.name());
+    }
+    let _ = write!(err, "{} layers", cfg.n_layer);
+    if !cfg.local_layers.is_empty() {
+        let _ = write!(err, " ({} local, window {})", cfg.local_layers.count(), cfg.attn_window);
+    }
     let _ = writeln!(
         err,
-        "model: {} layers, n_embd {}, n_head {}, vocab {}, n_ctx {}, {} weights, tokenizer: {}",
-        cfg.n_layer,
+        ", n_embd {}, n_head {}, vocab {}, n_ctx {}, {} weights, tokenizer: {}",
         cfg.n_embd,
         cfg.n_head,
         cfg.vocab_size,
