@@ -573,6 +573,17 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
     let sums: &mut [i32] = if with_sums { bytemuck::cast_slice_mut(rest.get_mut(..n_groups).unwrap_or(&mut [])) } else { &mut [] };
     let q: &mut [i8] = bytemuck::cast_slice_mut(qs);
     let x = x.get(..tokens * cols).unwrap_or(x);
+    // Cortex-M DSP: the int16 pairs written directly, group by group (no int8 pass to widen)
+    #[cfg(all(target_arch = "arm", feature = "arm-dsp", not(feature = "arm-helium")))]
+    if order == QuantOrder::Pairs16 && group.is_multiple_of(4) {
+        let words: &mut [u32] = bytemuck::try_cast_slice_mut(q).unwrap_or(&mut []);
+        let n = (tokens * cols / 2).min(words.len());
+        let (pairs, _) = words.split_at_mut(n);
+        for ((xg, wg), s) in x.chunks_exact(group).zip(pairs.chunks_exact_mut(group / 2)).zip(scales.iter_mut()) {
+            *s = arm::quantize_group_pairs16(xg, wg);
+        }
+        return QuantRows { q: &[], scales, sums: &[], pairs };
+    }
     for (g, ((xg, qg), s)) in x.chunks_exact(group).zip(q.chunks_exact_mut(group)).zip(scales.iter_mut()).enumerate() {
         *s = quantize_group_q8(xg, qg);
         if let Some(sum) = sums.get_mut(g) {
@@ -671,9 +682,24 @@ fn widen_nibbles16(words: &mut [u32], group: usize, n_groups: usize, gpr: usize)
 }
 
 /// Symmetric int8 quantization of one group: `q = round(x / s)` with `s = max|x| / 127`.
-/// Returns `s` (0 for an all-zero group).
+/// Returns `s` (0 for an all-zero group). Equal to [`quantize_group_q8_ref`] bit for bit; on
+/// Cortex-M (features `arm-dsp`, `arm-helium`) computed with integer rounding
+/// (`kernels/arm.rs`), which the portable form's float compares make slow on that FPU.
 #[inline(always)]
 pub fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
+    #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
+    {
+        arm::quantize_group_q8(x, q)
+    }
+    #[cfg(not(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium"))))]
+    {
+        quantize_group_q8_ref(x, q)
+    }
+}
+
+/// [`quantize_group_q8`] in its portable form: the reference for the Cortex-M one.
+#[inline(always)]
+pub fn quantize_group_q8_ref(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = abs_max(x);
     let s = amax / 127.0;
     let inv = if s > 0.0 { 1.0 / s } else { 0.0 };

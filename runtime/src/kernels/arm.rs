@@ -417,10 +417,77 @@ unsafe fn q4_pairs(w: *const u8, x: *const i8, n: usize) -> i32 {
     acc
 }
 
+// ---- Quantizing activations ----------------------------------------------------------------
+
+/// max |x| over a group, NaNs skipped: what the portable `abs_max` (and a sequential fold of
+/// `f32::max`) gives, since max is exact and order-free on these values. On the DSP build
+/// (Cortex-M4's FPv4 has no `VMAXNM`: `f32::max` is a call to `fmaxf`) by compare and select:
+/// `if a > m { m = a }` is `m.max(a)` for m never NaN (a NaN `a` compares false and is
+/// skipped). With Helium (FPv5) `f32::max` is one `VMAXNM`.
+#[inline(always)]
+fn abs_max(x: &[f32]) -> f32 {
+    let mut m = 0.0f32;
+    for &v in x {
+        let a = v.abs();
+        #[cfg(not(feature = "arm-helium"))]
+        if a > m {
+            m = a;
+        }
+        #[cfg(feature = "arm-helium")]
+        {
+            m = m.max(a);
+        }
+    }
+    m
+}
+
+/// `roundf(v·inv).clamp(-127, 127)` (NaN gives 0), as the portable `round_clamped`, without
+/// float compares (each costs a `VCMP` and a `VMRS` on this FPU): k = trunc(2y) (y + y is
+/// exact; `as` is one `VCVT`, which saturates and gives 0 for NaN), clamped to ±254; then
+/// round half away from zero is (k + 1) >> 1 for k ≥ 0 and k >> 1 for k < 0 (both floors,
+/// `ASR`): floor(y + 1/2) = floor((2y + 1)/2) depends on 2y only through floor(2y), and the
+/// negative side mirrors it. |y| ≥ 127 gives |k| ≥ 254 and ±127, as the clamp.
+#[inline(always)]
+fn quant_step(v: f32, inv: f32) -> i32 {
+    let y = v * inv;
+    let k = ((y + y) as i32).clamp(-254, 254);
+    (k + 1 + (k >> 31)) >> 1
+}
+
+/// [`super::quantize_group_q8`] on Cortex-M: the same scale and values, bit for bit (the
+/// firmware checks it against `quantize_group_q8_ref` at boot).
+#[inline(always)]
+pub(super) fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
+    let s = abs_max(x) / 127.0;
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = quant_step(v, inv) as i8;
+    }
+    s
+}
+
+/// [`quantize_group_q8`] into the [`QuantOrder::Pairs16`] layout directly: per 4 values
+/// q0..q3 the words `q0 | q2 << 16`, `q1 | q3 << 16` (int16 halves). `w` holds
+/// `x.len() / 2` words (x a multiple of 4 long; a shorter `w` stops early).
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+#[inline(always)]
+pub(super) fn quantize_group_pairs16(x: &[f32], w: &mut [u32]) -> f32 {
+    let s = abs_max(x) / 127.0;
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    let half = |q: i32| q as u32 & 0xFFFF;
+    for (v, w) in x.as_chunks::<4>().0.iter().zip(w.as_chunks_mut::<2>().0) {
+        let q = v.map(|v| quant_step(v, inv));
+        *w = [half(q[0]) | half(q[2]) << 16, half(q[1]) | half(q[3]) << 16];
+    }
+    s
+}
+
 // ---- Whole rows: the group dots and the float combine in one asm block ---------------------
 
 use super::{quantize_rows, QuantOrder, QuantRows};
 use crate::model::{Matrix, MatrixData};
+
+mod quads;
 
 /// Group sums of one round (up to 16 groups) of a row kernel. The kernels store through a
 /// pointer that runs up to the end of this buffer and stop when it reaches a 64-byte boundary,
@@ -434,6 +501,11 @@ struct GroupSums([i32; 16]);
 /// word) and short buffers return false, having written only the scratch; the portable loop
 /// with this file's group dots then runs.
 pub(super) fn linear_quant(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    if let MatrixData::Q8 { values, scales, group } = w.data {
+        if quads::linear_q8(out, x, values, scales, group, w.rows, w.cols, bias, accumulate, scratch) {
+            return true;
+        }
+    }
     let m = Rows { rows: w.rows, cols: w.cols, bias, accumulate };
     match w.data {
         MatrixData::Q8 { values, scales, group: 32 } => m.run::<32, false>(out, x, bytemuck::cast_slice(values), scales, scratch),

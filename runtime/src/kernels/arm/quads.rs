@@ -1,0 +1,498 @@
+//! q8 `linear` on Cortex-M, four groups at a time: one assembly function per group size
+//! (28, 32) and build (`arm-dsp`, `arm-helium`) that runs every row of one token, for rows of 4
+//! to 16 groups (the default model's 112- and 448-wide rows; wider and narrower rows take the
+//! row kernels of `arm.rs`).
+//!
+//! Per row, the groups go through a chain of four *quads*, Q0 to Q3, each the integer dots of
+//! four groups and their float steps written out in full, Q_j putting its four terms into the
+//! lanes s(16+4j)..s(19+4j) (group g into lane g mod 16, as [`super::super::combine_groups`]):
+//! - integer dots (`arm-dsp`): per 16 weights one `LDM` of 4 weight words, two `LDM` of 4
+//!   words of int16 activation pairs ([`super::super::QuantOrder::Pairs16`]), 8 `SXTB16` and
+//!   8 `SMLAD`: 19 instructions per 16 multiply-accumulates (1.19), the group boundaries of 28
+//!   falling inside the loads (a quad of 112 weights is 7 whole blocks); each group's sum moves
+//!   to s0-s3 (`VMOV`).
+//! - integer dots (`arm-helium`): per group `VLDRB` ×2 + `VMLADAV` per 16 weights, the 12 of
+//!   a 28-group's tail predicated; the four sums move into one vector register (two `VMOV`
+//!   of two lanes each) and one vector `VCVT` converts them (integer to float never meets a
+//!   denormal, so Helium's flush-to-zero cannot change it).
+//! - float steps, for the quad at once: `VLDM` of the four weight and four activation scales,
+//!   4 `VMUL` (ws·xs), 4 `VCVT` (the DSP build; Helium's one), 4 `VMUL` into the lanes.
+//! - where the quad goes next is a word in the stack frame (`LDR PC`), set once per call:
+//!   the next quad, or the tree. Rows of 4k + r groups (r = 1..3) go on to a loop over the
+//!   r tail groups whose terms pass through the lanes' copy in memory.
+//! - the tree ([`super::super::combine_groups`]' reduction) over the T = groups lanes, then
+//!   the row's end: + bias, + the output's old value, store, next row.
+//!
+//! The lanes take each first term as it is, where the portable code adds it to 0.0: the two
+//! differ only when a term is -0.0 (0.0 + -0.0 = +0.0), and that difference survives each later
+//! add (x + y with x = ±0 equals y unless both are zeros) up to the row's result, which is then
+//! -0.0 where the portable one is +0.0. One add of +0.0 to the result (s12 holds it) makes it
+//! the portable value bit for bit, NaN included.
+//!
+//! The outputs are added to: `out` starts at 0.0 when the call does not accumulate (0.0 + y is
+//! y: the result and the result + bias are never -0.0, see above).
+//!
+//! `cargo test` cannot run the assembly; the firmware's boot check (`linear_check` in
+//! `boards/firmware-common/src/kernels.rs`) runs random shapes of 4 to 16 groups of 28 and 32
+//! against the naive reference, tails and every quad count included.
+
+use super::{quantize_rows, QuantOrder, QuantRows};
+
+/// What one call of a quad kernel needs (read by the assembly at these offsets).
+#[repr(C)]
+struct Job {
+    /// First row's output (the row's result is added to it).
+    out: *mut f32,
+    /// First row's bias, or null (no bias: `y + 0.0`, which the -0.0 fix already is).
+    bias: *const f32,
+    /// `out` + rows.
+    out_end: *mut f32,
+    /// The token's activations: int16 pairs (`arm-dsp`) or int8 values (`arm-helium`).
+    x: *const u8,
+    /// The token's activation scales, one per group.
+    xs: *const f32,
+    /// First row's weights (int8; 4-byte aligned on the DSP build).
+    w: *const u8,
+    /// First row's weight scales.
+    ws: *const f32,
+    /// Groups per row, 4..=16.
+    gpr: usize,
+}
+
+extern "C" {
+    fn gpt2_mcu_q8_quads_28(job: *const Job);
+    fn gpt2_mcu_q8_quads_32(job: *const Job);
+}
+
+/// The activation layout the quad kernels read.
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+const ORDER: QuantOrder = QuantOrder::Pairs16;
+#[cfg(feature = "arm-helium")]
+const ORDER: QuantOrder = QuantOrder::Natural;
+
+/// Groups per row the quad kernels take.
+pub(super) const GROUPS: core::ops::RangeInclusive<usize> = 4..=16;
+
+/// q8 `linear` through the quad kernel for groups of `gs` (28 or 32): false, with nothing
+/// written, for other groups, rows of groups outside [`GROUPS`], weights not 4-byte aligned
+/// (DSP build), short weights or scales or scratch.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f32], gs: usize, rows: usize, cols: usize, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    let kernel: unsafe extern "C" fn(*const Job) = match gs {
+        28 => gpt2_mcu_q8_quads_28,
+        32 => gpt2_mcu_q8_quads_32,
+        _ => return false,
+    };
+    let gpr = cols / gs;
+    let dsp = ORDER != QuantOrder::Natural;
+    let aligned = !dsp || (weights.as_ptr() as usize).is_multiple_of(4);
+    let fits = |len: usize, per_row: usize| rows.checked_mul(per_row).is_some_and(|n| n <= len);
+    if rows == 0 || !GROUPS.contains(&gpr) || !cols.is_multiple_of(gs) || !aligned || !fits(weights.len(), cols) || !fits(scales.len(), gpr) {
+        return false;
+    }
+    let tokens = (x.len() / cols).min(out.len() / rows);
+    // bytes of one token's activations (int16 pairs take two per value)
+    let x_bytes = if dsp { 2 * cols } else { cols };
+    if scratch.len() < tokens * (x_bytes / 4 + gpr) {
+        return false;
+    }
+    let QuantRows { q, scales: xs, pairs, .. } = quantize_rows(x, cols, gs, tokens, scratch, ORDER);
+    let xq: &[u8] = if dsp { bytemuck::cast_slice(pairs) } else { bytemuck::cast_slice(q) };
+    if xq.len() < tokens * x_bytes || xs.len() < tokens * gpr {
+        return false;
+    }
+    // rows 0..nb have a bias, the rest add 0.0
+    let nb = bias.len().min(rows);
+    for (t, out_t) in out.chunks_exact_mut(rows).take(tokens).enumerate() {
+        if !accumulate {
+            out_t.fill(0.0);
+        }
+        for (start, end, b) in [(0, nb, bias.as_ptr()), (nb, rows, core::ptr::null())] {
+            if start == end {
+                continue;
+            }
+            let range = out_t.as_mut_ptr_range();
+            // SAFETY: start < end ≤ rows = out_t.len(), so out and out_end bound rows start..end
+            // of out_t; the weights and scales of those rows are inside `weights` and `scales`
+            // (rows·cols and rows·gpr checked above); token t's activations (x_bytes) and
+            // scales (gpr) are inside xq and xs (checked above); with a bias, rows 0..nb are
+            // inside `bias`.
+            let job = unsafe {
+                Job {
+                    out: range.start.add(start),
+                    bias: b,
+                    out_end: range.start.add(end),
+                    x: xq.as_ptr().add(t * x_bytes),
+                    xs: xs.as_ptr().add(t * gpr),
+                    w: weights.as_ptr().add(start * cols).cast(),
+                    ws: scales.as_ptr().add(start * gpr),
+                    gpr,
+                }
+            };
+            // SAFETY: the job describes memory as the kernels require (above): they read
+            // end - start rows of gpr groups of gs weights and scales from w and ws, gpr·gs
+            // activations (layout ORDER) and gpr scales from x and xs, one bias per row when it
+            // is not null, and read and write out[..end - start]; gpr is in GROUPS.
+            unsafe { kernel(&job) };
+        }
+    }
+    true
+}
+
+// ---- The assembly -------------------------------------------------------------------------
+//
+// Stack frame (after the pushes), shared by both builds; the row's end reloads the first five
+// words with one LDM:
+//   0 out, 4 bias, 8 out_end, 12 x, 16 xs: the next row's output and bias, the end, the token
+//   20, 24, 28: where Q0, Q1, Q2 go next (a Thumb address: the next quad, the tree, the tail)
+//   32: T - 1 (T = min(groups, 16) lanes: the tree's entry after a tail)
+//   36: tail groups, 40: the tail's first lane in the copy at 44
+//   44..108: the lanes s16-s31 in memory (for the tail)
+//   108: the caller's VPR (Helium)
+
+/// The float steps of a row's end, shared: [`super::super::combine_groups`]' tree over T lanes
+/// (entries for T = 16, 12, 8, 4 and, through the TBB of the tail, any T), the -0.0 fix, bias,
+/// accumulate, store, next row. `$row` is the label of the row's start, `$p` the label prefix;
+/// `$ld` the register list that reloads out, bias, out_end, x, xs, `$o`, `$b`, `$e` the
+/// first three of them.
+macro_rules! quads_end {
+    ($p:literal, $ld:literal, $o:literal, $b:literal, $e:literal) => {
+        concat!(
+            // the tail: the lanes to memory, the tail groups' terms into their lanes there,
+            // the lanes back, into the tree at T
+            $p, "_tail:\n",
+            "add r8, sp, #44\n",
+            "vstmia r8, {{s16-s31}}\n",
+            "ldrd r8, r9, [sp, #36]\n",
+            $p, "_tail_loop:\n",
+            "gm_tail_group\n",
+            "vldmia r12!, {{s1}}\n",
+            "vldmia lr!, {{s2}}\n",
+            "vmul.f32 s1, s1, s2\n",
+            "vmul.f32 s0, s0, s1\n",
+            "vstmia r9!, {{s0}}\n",
+            "subs r8, r8, #1\n",
+            "bne ", $p, "_tail_loop\n",
+            "add r8, sp, #44\n",
+            "vldmia r8, {{s16-s31}}\n",
+            "ldr r8, [sp, #32]\n",
+            "tbb [pc, r8]\n",
+            $p, "_tbl:\n",
+            ".byte (", $p, "_t0 - ", $p, "_tbl) / 2, (", $p, "_t1 - ", $p, "_tbl) / 2, (", $p, "_t2 - ", $p, "_tbl) / 2, (", $p, "_t3 - ", $p, "_tbl) / 2\n",
+            ".byte (", $p, "_t4 - ", $p, "_tbl) / 2, (", $p, "_t5 - ", $p, "_tbl) / 2, (", $p, "_t6 - ", $p, "_tbl) / 2, (", $p, "_t7 - ", $p, "_tbl) / 2\n",
+            ".byte (", $p, "_t8 - ", $p, "_tbl) / 2, (", $p, "_t9 - ", $p, "_tbl) / 2, (", $p, "_t10 - ", $p, "_tbl) / 2, (", $p, "_t11 - ", $p, "_tbl) / 2\n",
+            ".byte (", $p, "_t12 - ", $p, "_tbl) / 2, (", $p, "_t13 - ", $p, "_tbl) / 2, (", $p, "_t14 - ", $p, "_tbl) / 2, (", $p, "_t15 - ", $p, "_tbl) / 2\n",
+            ".p2align 1\n",
+            // the tree: level by level, each level's adds from the highest lane down, so that
+            // entering at T's label runs exactly the adds whose upper lane is below T (lane i
+            // += lane i + n; an upper lane below T has its lower one below T too; the others
+            // add the portable code's untouched +0.0 lanes, which changes nothing)
+            $p, "_t15:\n", "vadd.f32 s23, s23, s31\n",
+            $p, "_t14:\n", "vadd.f32 s22, s22, s30\n",
+            $p, "_t13:\n", "vadd.f32 s21, s21, s29\n",
+            $p, "_t12:\n", "vadd.f32 s20, s20, s28\n",
+            $p, "_t11:\n", "vadd.f32 s19, s19, s27\n",
+            $p, "_t10:\n", "vadd.f32 s18, s18, s26\n",
+            $p, "_t9:\n", "vadd.f32 s17, s17, s25\n",
+            $p, "_t8:\n", "vadd.f32 s16, s16, s24\n",
+            $p, "_t7:\n", "vadd.f32 s19, s19, s23\n",
+            $p, "_t6:\n", "vadd.f32 s18, s18, s22\n",
+            $p, "_t5:\n", "vadd.f32 s17, s17, s21\n",
+            $p, "_t4:\n", "vadd.f32 s16, s16, s20\n",
+            $p, "_t3:\n", "vadd.f32 s17, s17, s19\n",
+            $p, "_t2:\n", "vadd.f32 s16, s16, s18\n",
+            $p, "_t1:\n", "vadd.f32 s16, s16, s17\n",
+            $p, "_t0:\n",
+            // the row's end: -0.0 fix, + bias (if any), out + y, store, next row
+            "vadd.f32 s16, s16, s12\n",
+            "ldm sp, {{", $ld, "}}\n",
+            "cbz ", $b, ", 1f\n",
+            "vldmia ", $b, "!, {{s0}}\n",
+            "vadd.f32 s16, s16, s0\n",
+            "1:\n",
+            "vldr s1, [", $o, "]\n",
+            "vadd.f32 s16, s1, s16\n",
+            "vstmia ", $o, "!, {{s16}}\n",
+            "strd ", $o, ", ", $b, ", [sp]\n",
+            "cmp ", $o, ", ", $e, "\n",
+            "blo ", $p, "_row\n",
+        )
+    };
+}
+
+/// The call's start, shared: the frame (see above) from the job at r0, the quads' next-step
+/// words, +0.0 in s12, then the build's weight and scale registers (`$wl`) and the first row's
+/// registers (`$ld`, as [`quads_end`]).
+macro_rules! quads_start {
+    ($p:literal, $wl:literal, $ld:literal) => {
+        concat!(
+            "sub sp, sp, #116\n",
+            "ldm r0, {{r1-r5}}\n",
+            "stm sp, {{r1-r5}}\n",
+            "ldr r6, [r0, #28]\n",
+            // T - 1 (T = groups ≤ 16)
+            "sub r7, r6, #1\n",
+            "str r7, [sp, #32]\n",
+            // Q0 → Q1, Q1 → Q2, Q2 → Q3 unless the row ends first
+            "adr.w r1, ", $p, "_q1\n", "orr r1, r1, #1\n", "str r1, [sp, #20]\n",
+            "adr.w r1, ", $p, "_q2\n", "orr r1, r1, #1\n", "str r1, [sp, #24]\n",
+            "adr.w r1, ", $p, "_q3\n", "orr r1, r1, #1\n", "str r1, [sp, #28]\n",
+            // tail groups, and their first lane's place in the copy: 44 + 16·quads
+            "and r7, r6, #3\n",
+            "lsr r8, r6, #2\n",
+            "add r9, sp, #44\n",
+            "add r9, r9, r8, lsl #4\n",
+            "strd r7, r9, [sp, #36]\n",
+            // after the last quad (Q0..Q2; Q3 always ends the row): the tail, or the tree
+            "cmp r8, #4\n",
+            "beq 3f\n",
+            "add r9, sp, #20\n",
+            "sub r8, r8, #1\n",
+            "cbz r7, 1f\n",
+            "adr.w r1, ", $p, "_tail\n",
+            "b 2f\n",
+            "1:\n",
+            "adr.w r1, ", $p, "_trees\n",
+            "ldr r1, [r1, r8, lsl #2]\n",
+            "2:\n",
+            "orr r1, r1, #1\n",
+            "str r1, [r9, r8, lsl #2]\n",
+            "3:\n",
+            "movs r1, #0\n",
+            "vmov s12, r1\n",
+            $wl,
+            "ldm sp, {{", $ld, "}}\n",
+        )
+    };
+}
+
+/// The tree entries after 1, 2, 3 whole quads (T = 4, 8, 12), as data for `quads_start`.
+macro_rules! quads_trees {
+    ($p:literal) => {
+        concat!(".p2align 2\n", $p, "_trees:\n", ".word ", $p, "_t3, ", $p, "_t7, ", $p, "_t11\n",)
+    };
+}
+
+/// One quad kernel: `$name` the symbol, `$p` the label prefix, `$wg` the group's words
+/// (GS/4), `$pre`/`$post` the build's set-up and restore, `$wl`, `$ld` as [`quads_start`],
+/// `$o`, `$b`, `$e` as [`quads_end`].
+macro_rules! quads_fn {
+    ($name:literal, $p:literal, $wg:literal, $pre:expr, $post:expr, $wl:literal, $ld:literal, $o:literal, $b:literal, $e:literal) => {
+        concat!(
+            ".pushsection .text.", $name, ",\"ax\",%progbits\n",
+            ".p2align 2\n",
+            ".global ", $name, "\n",
+            ".type ", $name, ",%function\n",
+            ".thumb_func\n",
+            $name, ":\n",
+            "push {{r4-r11, lr}}\n",
+            "vpush {{s16-s31}}\n",
+            quads_start!($p, $wl, $ld),
+            $pre,
+            $p, "_row:\n",
+            "gm_quad ", $wg, ", s16, s17, s18, s19\n",
+            "ldr.w pc, [sp, #20]\n",
+            $p, "_q1:\n",
+            "gm_quad ", $wg, ", s20, s21, s22, s23\n",
+            "ldr.w pc, [sp, #24]\n",
+            $p, "_q2:\n",
+            "gm_quad ", $wg, ", s24, s25, s26, s27\n",
+            "ldr.w pc, [sp, #28]\n",
+            $p, "_q3:\n",
+            "gm_quad ", $wg, ", s28, s29, s30, s31\n",
+            "b ", $p, "_t15\n",
+            quads_end!($p, $ld, $o, $b, $e),
+            $post,
+            "add sp, sp, #116\n",
+            "vpop {{s16-s31}}\n",
+            "pop {{r4-r11, pc}}\n",
+            quads_trees!($p),
+            ".size ", $name, ", . - ", $name, "\n",
+            ".popsection\n",
+        )
+    };
+}
+
+// ---- arm-dsp: SXTB16 + SMLAD ----------------------------------------------------------------
+//
+// Registers in the quads: r0 the group's sum, r1 scratch, r2-r5 activation words, r6-r9
+// weight words, r10 the activations, r11 the weights, r12 the weight scales, lr the activation
+// scales. s0-s3 the group sums, s4-s11 the scales, s12 +0.0, s16-s31 the lanes.
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+core::arch::global_asm!(
+    // (module-level assembly gets the target's base features only: no FPU)
+    ".fpu fpv4-sp-d16",
+    // One weight word (4 int8 weights, word i of the group's or quad's run) against its two
+    // words of int16 activation pairs: SXTB16 takes bytes 0 and 2, SXTB16 ROR #8 bytes 1 and 3
+    // (the halves of a0 and a1); the group's first word starts the sum (SMUAD), its last moves
+    // the sum to s(i / wg).
+    ".macro gm_w8 i, wg, p, a0, a1",
+    "sxtb16 r1, \\p",
+    ".if ((\\i) % (\\wg)) == 0",
+    "smuad r0, r1, \\a0",
+    ".else",
+    "smlad r0, r1, \\a0, r0",
+    ".endif",
+    "sxtb16 \\p, \\p, ror #8",
+    "smlad r0, \\p, \\a1, r0",
+    ".if ((\\i) % (\\wg)) == ((\\wg) - 1)",
+    ".if ((\\i) / (\\wg)) == 0",
+    "vmov s0, r0",
+    ".elseif ((\\i) / (\\wg)) == 1",
+    "vmov s1, r0",
+    ".elseif ((\\i) / (\\wg)) == 2",
+    "vmov s2, r0",
+    ".else",
+    "vmov s3, r0",
+    ".endif",
+    ".endif",
+    ".endm",
+    // 16 weights of a quad: block b (words 4b..4b+3).
+    ".macro gm_blk b, wg",
+    "ldm r11!, {{r6-r9}}",
+    "ldm r10!, {{r2-r5}}",
+    "gm_w8 (4*(\\b)), \\wg, r6, r2, r3",
+    "gm_w8 (4*(\\b)+1), \\wg, r7, r4, r5",
+    "ldm r10!, {{r2-r5}}",
+    "gm_w8 (4*(\\b)+2), \\wg, r8, r2, r3",
+    "gm_w8 (4*(\\b)+3), \\wg, r9, r4, r5",
+    ".endm",
+    // A quad: 4 groups of wg words (wg blocks of 16 weights), then their float steps into
+    // the lanes l0-l3: term = sum as f32 · (ws · xs), the portable operand order.
+    ".macro gm_quad wg, l0, l1, l2, l3",
+    ".set gm_qb, 0",
+    ".rept \\wg",
+    "gm_blk gm_qb, \\wg",
+    ".set gm_qb, gm_qb + 1",
+    ".endr",
+    "vldmia r12!, {{s4-s7}}",
+    "vldmia lr!, {{s8-s11}}",
+    "vmul.f32 s4, s4, s8",
+    "vmul.f32 s5, s5, s9",
+    "vmul.f32 s6, s6, s10",
+    "vmul.f32 s7, s7, s11",
+    "vcvt.f32.s32 s0, s0",
+    "vcvt.f32.s32 s1, s1",
+    "vcvt.f32.s32 s2, s2",
+    "vcvt.f32.s32 s3, s3",
+    "vmul.f32 \\l0, s0, s4",
+    "vmul.f32 \\l1, s1, s5",
+    "vmul.f32 \\l2, s2, s6",
+    "vmul.f32 \\l3, s3, s7",
+    ".endm",
+    // One tail group of wg words, the sum converted in s0: weights by LDRD (r6, r7; r8, r9
+    // are the tail loop's).
+    ".macro gm_tail_w wg",
+    ".set gm_tb, 0",
+    ".rept (\\wg) / 2",
+    "ldrd r6, r7, [r11], #8",
+    "ldm r10!, {{r2-r5}}",
+    "gm_w8 (2*gm_tb), \\wg, r6, r2, r3",
+    "gm_w8 (2*gm_tb+1), \\wg, r7, r4, r5",
+    ".set gm_tb, gm_tb + 1",
+    ".endr",
+    ".if (\\wg) % 2",
+    "ldr r6, [r11], #4",
+    "ldrd r2, r3, [r10], #8",
+    "gm_w8 ((\\wg)-1), \\wg, r6, r2, r3",
+    ".endif",
+    "vcvt.f32.s32 s0, s0",
+    ".endm",
+    ".macro gm_tail_group",
+    "gm_tail_w gm_wg",
+    ".endm",
+    ".set gm_wg, 7",
+    quads_fn!("gpt2_mcu_q8_quads_28", "gm28", "7", "", "", "ldr r11, [r0, #20]\nldr r12, [r0, #24]\n", "r0, r1, r2, r10, lr", "r0", "r1", "r2"),
+    ".set gm_wg, 8",
+    quads_fn!("gpt2_mcu_q8_quads_32", "gm32", "8", "", "", "ldr r11, [r0, #20]\nldr r12, [r0, #24]\n", "r0, r1, r2, r10, lr", "r0", "r1", "r2"),
+    ".purgem gm_w8",
+    ".purgem gm_blk",
+    ".purgem gm_quad",
+    ".purgem gm_tail_w",
+    ".purgem gm_tail_group",
+);
+
+// ---- arm-helium: VLDRB + VMLADAV.S8 ---------------------------------------------------------
+//
+// Registers in the quads: r0, r2, r4, r6 the group sums (VMLADAV wants even registers), r1 the
+// weights, r5 the activations, r12 the weight scales, lr the activation scales; q0, q1 the
+// loads, then s0-s7 the scales; q2 (s8-s11) the sums as floats, s12 +0.0, s16-s31 the lanes.
+// P0 holds VCTP.8 12 (a 28-group's tail) for the whole call; the caller's VPR is restored.
+#[cfg(feature = "arm-helium")]
+core::arch::global_asm!(
+    // (module-level assembly gets the target's base features only: no FPU, no MVE)
+    ".cpu cortex-m55",
+    // One group of gm_gs int8 weights against as many activations, the sum in s.
+    ".macro gm_grp s",
+    "vldrb.s8 q0, [r1], #16",
+    "vldrb.s8 q1, [r5], #16",
+    "vmladav.s8 \\s, q0, q1",
+    ".if gm_gs == 32",
+    "vldrb.s8 q0, [r1], #16",
+    "vldrb.s8 q1, [r5], #16",
+    "vmladava.s8 \\s, q0, q1",
+    ".else",
+    "vpsttt",
+    "vldrbt.s8 q0, [r1], #12",
+    "vldrbt.s8 q1, [r5], #12",
+    "vmladavat.s8 \\s, q0, q1",
+    ".endif",
+    ".endm",
+    // A quad: 4 groups, the four sums into q2 and converted at once, then the float steps
+    // into the lanes l0-l3 (scalar: Helium's float arithmetic flushes denormals).
+    ".macro gm_quad wg, l0, l1, l2, l3",
+    "gm_grp r0",
+    "gm_grp r2",
+    "gm_grp r4",
+    "gm_grp r6",
+    // (VMOV Qd[i], Qd[i - 2], Rt, Rt2 writes Rt to lane i - 2 and Rt2 to lane i)
+    "vmov q2[2], q2[0], r0, r4",
+    "vmov q2[3], q2[1], r2, r6",
+    "vcvt.f32.s32 q2, q2",
+    "vldmia r12!, {{s0-s3}}",
+    "vldmia lr!, {{s4-s7}}",
+    "vmul.f32 s0, s0, s4",
+    "vmul.f32 s1, s1, s5",
+    "vmul.f32 s2, s2, s6",
+    "vmul.f32 s3, s3, s7",
+    "vmul.f32 \\l0, s8, s0",
+    "vmul.f32 \\l1, s9, s1",
+    "vmul.f32 \\l2, s10, s2",
+    "vmul.f32 \\l3, s11, s3",
+    ".endm",
+    // One tail group, the sum converted in s0.
+    ".macro gm_tail_group",
+    "gm_grp r0",
+    "vmov s0, r0",
+    "vcvt.f32.s32 s0, s0",
+    ".endm",
+    ".set gm_gs, 28",
+    quads_fn!(
+        "gpt2_mcu_q8_quads_28",
+        "gh28",
+        "7",
+        "vmrs r3, p0\nstr r3, [sp, #108]\nmovs r3, #12\nvctp.8 r3\n",
+        "ldr r3, [sp, #108]\nvmsr p0, r3\n",
+        "ldr r1, [r0, #20]\nldr r12, [r0, #24]\n",
+        "r0, r2, r4, r5, lr",
+        "r0",
+        "r2",
+        "r4"
+    ),
+    ".set gm_gs, 32",
+    quads_fn!(
+        "gpt2_mcu_q8_quads_32",
+        "gh32",
+        "8",
+        "vmrs r3, p0\nstr r3, [sp, #108]\n",
+        "ldr r3, [sp, #108]\nvmsr p0, r3\n",
+        "ldr r1, [r0, #20]\nldr r12, [r0, #24]\n",
+        "r0, r2, r4, r5, lr",
+        "r0",
+        "r2",
+        "r4"
+    ),
+    ".purgem gm_grp",
+    ".purgem gm_quad",
+    ".purgem gm_tail_group",
+);
