@@ -734,6 +734,31 @@ fn abs_max(x: &[f32]) -> f32 {
     rest.iter().fold(m[0], |a, v| a.max(v.abs()))
 }
 
+/// `round_clamped(y, 127.0)` in integer steps after one conversion, for FPUs where float
+/// compares are dear (Cortex-M: each is a `VCMP` and a `VMRS`): k = trunc(2y) (`y + y` is
+/// exact; `as` saturates and gives 0 for NaN, one `VCVT` on Arm), clamped to ±254; then round
+/// half away from zero is (k + 1) >> 1 for k ≥ 0 and k >> 1 for k < 0 (floors, arithmetic
+/// shifts): floor(y + 1/2) = floor((2y + 1)/2) depends on 2y only through floor(2y), and the
+/// negative side mirrors it; |y| ≥ 127 gives |k| ≥ 254 and ±127, as the clamp. Equal to
+/// `round_clamped(y, 127.0)` for every input (test `round_q8_equals_round_clamped`).
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[inline(always)]
+fn round_q8(y: f32) -> i32 {
+    let k = ((y + y) as i32).clamp(-254, 254);
+    (k + 1 + (k >> 31)) >> 1
+}
+
+/// The bits of max |x| (NaNs included, as bits above those of infinity): for non-negative
+/// floats the order of the bit patterns is the order of the values, so when the result is at
+/// most `f32::INFINITY`'s bits it is `abs_max(x)`'s; above them x holds a NaN, which
+/// `abs_max` skips. In integers, which every target compares cheaply and exactly (vector
+/// float max may flush denormals).
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[inline(always)]
+fn abs_max_bits(x: &[f32]) -> u32 {
+    x.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF))
+}
+
 /// `libm::roundf(y).clamp(-lim, lim)` as an integer (NaN gives 0), for `lim` ≤ 2²⁴, in
 /// operations the compiler can vectorise: clamp, truncate (`as`), then round half away from
 /// zero by the exact remainder `y − trunc(y)`. Equal to the libm form for every input (test
@@ -1322,6 +1347,55 @@ mod tests {
             }
         }
     }
+    #[test]
+    fn round_q8_equals_round_clamped() {
+        let mut ys = std::vec![0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45, -1e-45];
+        for k in -600..=600 {
+            let h = k as f32 * 0.5;
+            ys.extend([h, f32::from_bits(h.to_bits() + 1), f32::from_bits(h.to_bits().saturating_sub(1))]);
+        }
+        let mut b = 0u32;
+        while b < 0x7FC0_0000 {
+            let y = f32::from_bits(b);
+            ys.extend([y, -y]);
+            b += 9973;
+        }
+        for &y in &ys {
+            assert_eq!(round_q8(y), round_clamped(y, 127.0), "y = {y:e} ({:#x})", y.to_bits());
+        }
+    }
+
+    #[test]
+    fn abs_max_bits_equals_abs_max() {
+        let mut s = 7u32;
+        let mut r = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        for n in [0usize, 1, 3, 16, 28, 33, 64] {
+            for pattern in 0..6 {
+                let x: Vec<f32> = (0..n)
+                    .map(|i| match pattern {
+                        0 => (r() as i32) as f32 * 1e-9,
+                        1 => f32::from_bits(r() & 0x807F_FFFF), // denormals of both signs
+                        2 => [0.0, -0.0, f32::INFINITY, -1.0][i % 4],
+                        3 => f32::from_bits(r()), // anything, NaNs included
+                        4 => -f32::MAX,
+                        _ => -0.0,
+                    })
+                    .collect();
+                let bits = abs_max_bits(&x);
+                if bits <= f32::INFINITY.to_bits() {
+                    assert_eq!(bits, abs_max(&x).to_bits(), "{x:?}");
+                } else {
+                    assert!(x.iter().any(|v| v.is_nan()), "{x:?}");
+                }
+            }
+        }
+    }
+
     extern crate std;
     use std::vec::Vec;
 

@@ -419,49 +419,61 @@ unsafe fn q4_pairs(w: *const u8, x: *const i8, n: usize) -> i32 {
 
 // ---- Quantizing activations ----------------------------------------------------------------
 
-/// max |x| over a group, NaNs skipped: what the portable `abs_max` (and a sequential fold of
-/// `f32::max`) gives, since max is exact and order-free on these values. On the DSP build
-/// (Cortex-M4's FPv4 has no `VMAXNM`: `f32::max` is a call to `fmaxf`) by compare and select:
-/// `if a > m { m = a }` is `m.max(a)` for m never NaN (a NaN `a` compares false and is
-/// skipped). With Helium (FPv5) `f32::max` is one `VMAXNM`.
+/// The scale of a q8 group (as the portable `quantize_group_q8_ref`: max |x| / 127), its
+/// inverse, and whether the group is tiny. max |x| in integers ([`super::abs_max_bits`]:
+/// Cortex-M4's FPv4 has no `VMAXNM`, so `f32::max` is a call to `fmaxf`; with Helium the
+/// integer max vectorises exactly); a NaN in the group takes a float compare-and-select fold
+/// instead (`if a > m { m = a }` is `m.max(a)` for m never NaN; a NaN compares false).
+///
+/// Tiny groups (max |x| < 2^-100) must be quantized with scalar float multiplies: their
+/// inverse scale can exceed 2^125, where a denormal value times it is a normal number, and
+/// Helium's vector multiply (which LLVM vectorises the loops below into) flushes denormals.
+/// Otherwise a denormal value gives |2y| < 1, 0 either way, and the vector loop is exact.
 #[inline(always)]
-fn abs_max(x: &[f32]) -> f32 {
-    let mut m = 0.0f32;
-    for &v in x {
-        let a = v.abs();
-        #[cfg(not(feature = "arm-helium"))]
-        if a > m {
-            m = a;
+fn q8_scale(x: &[f32]) -> (f32, f32, bool) {
+    let bits = super::abs_max_bits(x);
+    let amax = if bits <= f32::INFINITY.to_bits() {
+        f32::from_bits(bits)
+    } else {
+        let mut m = 0.0f32;
+        for &v in x {
+            let a = core::hint::black_box(v).abs();
+            if a > m {
+                m = a;
+            }
         }
-        #[cfg(feature = "arm-helium")]
-        {
-            m = m.max(a);
-        }
+        m
+    };
+    let s = amax / 127.0;
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    (s, inv, bits < 0x0D80_0000)
+}
+
+/// [`super::round_q8`] of `v·inv`, the product kept scalar (see [`q8_scale`]).
+#[cold]
+#[inline(never)]
+fn quantize_tiny(x: &[f32], inv: f32, mut put: impl FnMut(usize, i32)) {
+    for (i, &v) in x.iter().enumerate() {
+        put(i, super::round_q8(core::hint::black_box(v) * inv));
     }
-    m
 }
 
-/// `roundf(v·inv).clamp(-127, 127)` (NaN gives 0), as the portable `round_clamped`, without
-/// float compares (each costs a `VCMP` and a `VMRS` on this FPU): k = trunc(2y) (y + y is
-/// exact; `as` is one `VCVT`, which saturates and gives 0 for NaN), clamped to ±254; then
-/// round half away from zero is (k + 1) >> 1 for k ≥ 0 and k >> 1 for k < 0 (both floors,
-/// `ASR`): floor(y + 1/2) = floor((2y + 1)/2) depends on 2y only through floor(2y), and the
-/// negative side mirrors it. |y| ≥ 127 gives |k| ≥ 254 and ±127, as the clamp.
-#[inline(always)]
-fn quant_step(v: f32, inv: f32) -> i32 {
-    let y = v * inv;
-    let k = ((y + y) as i32).clamp(-254, 254);
-    (k + 1 + (k >> 31)) >> 1
-}
-
-/// [`super::quantize_group_q8`] on Cortex-M: the same scale and values, bit for bit (the
-/// firmware checks it against `quantize_group_q8_ref` at boot).
+/// [`super::quantize_group_q8`] on Cortex-M: the same scale and values as the portable form,
+/// bit for bit ([`q8_scale`], then [`super::round_q8`]: float compares cost a `VCMP` and a
+/// `VMRS` each on this FPU). The firmware checks it against a naive reference at boot.
 #[inline(always)]
 pub(super) fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
-    let s = abs_max(x) / 127.0;
-    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-    for (q, &v) in q.iter_mut().zip(x) {
-        *q = quant_step(v, inv) as i8;
+    let (s, inv, tiny) = q8_scale(x);
+    if tiny {
+        quantize_tiny(x, inv, |i, v| {
+            if let Some(q) = q.get_mut(i) {
+                *q = v as i8;
+            }
+        });
+    } else {
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = super::round_q8(v * inv) as i8;
+        }
     }
     s
 }
@@ -472,12 +484,21 @@ pub(super) fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
 #[inline(always)]
 pub(super) fn quantize_group_pairs16(x: &[f32], w: &mut [u32]) -> f32 {
-    let s = abs_max(x) / 127.0;
-    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    let (s, inv, tiny) = q8_scale(x);
     let half = |q: i32| q as u32 & 0xFFFF;
-    for (v, w) in x.as_chunks::<4>().0.iter().zip(w.as_chunks_mut::<2>().0) {
-        let q = v.map(|v| quant_step(v, inv));
-        *w = [half(q[0]) | half(q[2]) << 16, half(q[1]) | half(q[3]) << 16];
+    if tiny {
+        quantize_tiny(x, inv, |i, v| {
+            // value i is half i / 4 % 2 of word 2·(i / 4) + i % 2
+            if let Some(w) = w.get_mut(2 * (i / 4) + i % 2) {
+                let shift = 16 * (i / 2 % 2);
+                *w = (*w & !(0xFFFF << shift)) | half(v) << shift;
+            }
+        });
+    } else {
+        for (v, w) in x.as_chunks::<4>().0.iter().zip(w.as_chunks_mut::<2>().0) {
+            let q = v.map(|v| super::round_q8(v * inv));
+            *w = [half(q[0]) | half(q[2]) << 16, half(q[1]) | half(q[3]) << 16];
+        }
     }
     s
 }
