@@ -419,76 +419,18 @@ unsafe fn q4_pairs(w: *const u8, x: *const i8, n: usize) -> i32 {
 
 // ---- Quantizing activations ----------------------------------------------------------------
 
-/// The scale of a q8 group (as the portable `quantize_group_q8_ref`: max |x| / 127), its
-/// inverse, and whether the group is tiny. max |x| in integers ([`super::abs_max_bits`]:
-/// Cortex-M4's FPv4 has no `VMAXNM`, so `f32::max` is a call to `fmaxf`; with Helium the
-/// integer max vectorises exactly); a NaN in the group takes a float compare-and-select fold
-/// instead (`if a > m { m = a }` is `m.max(a)` for m never NaN; a NaN compares false).
-///
-/// Tiny groups (max |x| < 2^-100) must be quantized with scalar float multiplies: their
-/// inverse scale can exceed 2^125, where a denormal value times it is a normal number, and
-/// Helium's vector multiply (which LLVM vectorises the loops below into) flushes denormals.
-/// Otherwise a denormal value gives |2y| < 1, 0 either way, and the vector loop is exact.
-#[inline(always)]
-fn q8_scale(x: &[f32]) -> (f32, f32, bool) {
-    let bits = super::abs_max_bits(x);
-    let amax = if bits <= f32::INFINITY.to_bits() {
-        f32::from_bits(bits)
-    } else {
-        let mut m = 0.0f32;
-        for &v in x {
-            let a = core::hint::black_box(v).abs();
-            if a > m {
-                m = a;
-            }
-        }
-        m
-    };
-    let s = amax / 127.0;
-    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
-    (s, inv, bits < 0x0D80_0000)
-}
-
-/// [`super::round_q8`] of `v·inv`, the product kept scalar (see [`q8_scale`]).
-#[cold]
-#[inline(never)]
-fn quantize_tiny(x: &[f32], inv: f32, mut put: impl FnMut(usize, i32)) {
-    for (i, &v) in x.iter().enumerate() {
-        put(i, super::round_q8(core::hint::black_box(v) * inv));
-    }
-}
-
-/// [`super::quantize_group_q8`] on Cortex-M: the same scale and values as the portable form,
-/// bit for bit ([`q8_scale`], then [`super::round_q8`]: float compares cost a `VCMP` and a
-/// `VMRS` each on this FPU). The firmware checks it against a naive reference at boot.
-#[inline(always)]
-pub(super) fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
-    let (s, inv, tiny) = q8_scale(x);
-    if tiny {
-        quantize_tiny(x, inv, |i, v| {
-            if let Some(q) = q.get_mut(i) {
-                *q = v as i8;
-            }
-        });
-    } else {
-        for (q, &v) in q.iter_mut().zip(x) {
-            *q = super::round_q8(v * inv) as i8;
-        }
-    }
-    s
-}
-
-/// [`quantize_group_q8`] into the [`QuantOrder::Pairs16`] layout directly: per 4 values
-/// q0..q3 the words `q0 | q2 << 16`, `q1 | q3 << 16` (int16 halves). `w` holds
-/// `x.len() / 2` words (x a multiple of 4 long; a shorter `w` stops early).
+/// `quantize_group_q8` (here [`super::quantize_group_q8_int`]) into the
+/// [`QuantOrder::Pairs16`] layout directly: per 4 values q0..q3 the words `q0 | q2 << 16`,
+/// `q1 | q3 << 16` (int16 halves). `w` holds `x.len() / 2` words (x a multiple of 4 long; a
+/// shorter `w` stops early).
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
 #[inline(always)]
 pub(super) fn quantize_group_pairs16(x: &[f32], w: &mut [u32]) -> f32 {
-    let (s, inv, tiny) = q8_scale(x);
+    let (s, inv2, tiny) = super::q8_scale(x);
     let half = |q: i32| q as u32 & 0xFFFF;
     if tiny {
-        quantize_tiny(x, inv, |i, v| {
-            // value i is half i / 4 % 2 of word 2·(i / 4) + i % 2
+        super::quantize_tiny(x, inv2, |i, v| {
+            // value i is half (i / 2) % 2 of word 2·(i / 4) + i % 2
             if let Some(w) = w.get_mut(2 * (i / 4) + i % 2) {
                 let shift = 16 * (i / 2 % 2);
                 *w = (*w & !(0xFFFF << shift)) | half(v) << shift;
@@ -496,7 +438,7 @@ pub(super) fn quantize_group_pairs16(x: &[f32], w: &mut [u32]) -> f32 {
         });
     } else {
         for (v, w) in x.as_chunks::<4>().0.iter().zip(w.as_chunks_mut::<2>().0) {
-            let q = v.map(|v| super::round_q8(v * inv));
+            let q = v.map(|v| super::round_q8_doubled(v * inv2));
             *w = [half(q[0]) | half(q[2]) << 16, half(q[1]) | half(q[3]) << 16];
         }
     }

@@ -29,8 +29,6 @@
 //! -0.0 where the portable one is +0.0. One add of +0.0 to the result (s12 holds it) makes it
 //! the portable value bit for bit, NaN included.
 //!
-//! The outputs are added to: `out` starts at 0.0 when the call does not accumulate (0.0 + y is
-//! y: the result and the result + bias are never -0.0, see above).
 //!
 //! `cargo test` cannot run the assembly; the firmware's boot check (`linear_check` in
 //! `boards/firmware-common/src/kernels.rs`) runs random shapes of 4 to 16 groups of 28 and 32
@@ -45,6 +43,8 @@ struct Job {
     out: *mut f32,
     /// First row's bias, or null (no bias: `y + 0.0`, which the -0.0 fix already is).
     bias: *const f32,
+    /// Nonzero: add the results to `out`; zero: store them.
+    accumulate: usize,
     /// `out` + rows.
     out_end: *mut f32,
     /// The token's activations: int16 pairs (`arm-dsp`) or int8 values (`arm-helium`).
@@ -104,9 +104,6 @@ pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f3
     // rows 0..nb have a bias, the rest add 0.0
     let nb = bias.len().min(rows);
     for (t, out_t) in out.chunks_exact_mut(rows).take(tokens).enumerate() {
-        if !accumulate {
-            out_t.fill(0.0);
-        }
         for (start, end, b) in [(0, nb, bias.as_ptr()), (nb, rows, core::ptr::null())] {
             if start == end {
                 continue;
@@ -121,6 +118,7 @@ pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f3
                 Job {
                     out: range.start.add(start),
                     bias: b,
+                    accumulate: usize::from(accumulate),
                     out_end: range.start.add(end),
                     x: xq.as_ptr().add(t * x_bytes),
                     xs: xs.as_ptr().add(t * gpr),
@@ -141,29 +139,30 @@ pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f3
 
 // ---- The assembly -------------------------------------------------------------------------
 //
-// Stack frame (after the pushes), shared by both builds; the row's end reloads the first five
+// Stack frame (after the pushes), shared by both builds; the row's end reloads the first six
 // words with one LDM:
-//   0 out, 4 bias, 8 out_end, 12 x, 16 xs: the next row's output and bias, the end, the token
-//   20, 24, 28: where Q0, Q1, Q2 go next (a Thumb address: the next quad, the tree, the tail)
-//   32: T - 1 (T = min(groups, 16) lanes: the tree's entry after a tail)
-//   36: tail groups, 40: the tail's first lane in the copy at 44
-//   44..108: the lanes s16-s31 in memory (for the tail)
-//   108: the caller's VPR (Helium)
+//   0 out, 4 bias, 8 accumulate, 12 out_end, 16 x, 20 xs: the next row's output and bias, the
+//     rest as the job has them
+//   24, 28, 32: where Q0, Q1, Q2 go next (a Thumb address: the next quad, the tree, the tail)
+//   36: T - 1 (T = groups ≤ 16 lanes: the tree's entry after a tail)
+//   40: tail groups, 44: the tail's first lane in the copy at 48
+//   48..112: the lanes s16-s31 in memory (for the tail)
+//   112: the caller's VPR (Helium)
 
 /// The float steps of a row's end, shared: [`super::super::combine_groups`]' tree over T lanes
 /// (entries for T = 16, 12, 8, 4 and, through the TBB of the tail, any T), the -0.0 fix, bias,
-/// accumulate, store, next row. `$row` is the label of the row's start, `$p` the label prefix;
-/// `$ld` the register list that reloads out, bias, out_end, x, xs, `$o`, `$b`, `$e` the
-/// first three of them.
+/// accumulate, store, next row. `$p` is the label prefix; `$ld` the register list that
+/// reloads out, bias, accumulate, out_end, x, xs, `$o`, `$b`, `$a`, `$e` the first four of
+/// them.
 macro_rules! quads_end {
-    ($p:literal, $ld:literal, $o:literal, $b:literal, $e:literal) => {
+    ($p:literal, $ld:literal, $o:literal, $b:literal, $a:literal, $e:literal) => {
         concat!(
             // the tail: the lanes to memory, the tail groups' terms into their lanes there,
             // the lanes back, into the tree at T
             $p, "_tail:\n",
-            "add r8, sp, #44\n",
+            "add r8, sp, #48\n",
             "vstmia r8, {{s16-s31}}\n",
-            "ldrd r8, r9, [sp, #36]\n",
+            "ldrd r8, r9, [sp, #40]\n",
             $p, "_tail_loop:\n",
             "gm_tail_group\n",
             "vldmia r12!, {{s1}}\n",
@@ -173,9 +172,9 @@ macro_rules! quads_end {
             "vstmia r9!, {{s0}}\n",
             "subs r8, r8, #1\n",
             "bne ", $p, "_tail_loop\n",
-            "add r8, sp, #44\n",
+            "add r8, sp, #48\n",
             "vldmia r8, {{s16-s31}}\n",
-            "ldr r8, [sp, #32]\n",
+            "ldr r8, [sp, #36]\n",
             "tbb [pc, r8]\n",
             $p, "_tbl:\n",
             ".byte (", $p, "_t0 - ", $p, "_tbl) / 2, (", $p, "_t1 - ", $p, "_tbl) / 2, (", $p, "_t2 - ", $p, "_tbl) / 2, (", $p, "_t3 - ", $p, "_tbl) / 2\n",
@@ -203,15 +202,17 @@ macro_rules! quads_end {
             $p, "_t2:\n", "vadd.f32 s16, s16, s18\n",
             $p, "_t1:\n", "vadd.f32 s16, s16, s17\n",
             $p, "_t0:\n",
-            // the row's end: -0.0 fix, + bias (if any), out + y, store, next row
+            // the row's end: -0.0 fix, + bias (if any), out + y (if accumulating), store, next row
             "vadd.f32 s16, s16, s12\n",
             "ldm sp, {{", $ld, "}}\n",
             "cbz ", $b, ", 1f\n",
             "vldmia ", $b, "!, {{s0}}\n",
             "vadd.f32 s16, s16, s0\n",
             "1:\n",
+            "cbz ", $a, ", 2f\n",
             "vldr s1, [", $o, "]\n",
             "vadd.f32 s16, s1, s16\n",
+            "2:\n",
             "vstmia ", $o, "!, {{s16}}\n",
             "strd ", $o, ", ", $b, ", [sp]\n",
             "cmp ", $o, ", ", $e, "\n",
@@ -227,26 +228,26 @@ macro_rules! quads_start {
     ($p:literal, $wl:literal, $ld:literal) => {
         concat!(
             "sub sp, sp, #116\n",
-            "ldm r0, {{r1-r5}}\n",
-            "stm sp, {{r1-r5}}\n",
-            "ldr r6, [r0, #28]\n",
+            "ldm r0, {{r1-r6}}\n",
+            "stm sp, {{r1-r6}}\n",
+            "ldr r6, [r0, #32]\n",
             // T - 1 (T = groups ≤ 16)
             "sub r7, r6, #1\n",
-            "str r7, [sp, #32]\n",
+            "str r7, [sp, #36]\n",
             // Q0 → Q1, Q1 → Q2, Q2 → Q3 unless the row ends first
-            "adr.w r1, ", $p, "_q1\n", "orr r1, r1, #1\n", "str r1, [sp, #20]\n",
-            "adr.w r1, ", $p, "_q2\n", "orr r1, r1, #1\n", "str r1, [sp, #24]\n",
-            "adr.w r1, ", $p, "_q3\n", "orr r1, r1, #1\n", "str r1, [sp, #28]\n",
-            // tail groups, and their first lane's place in the copy: 44 + 16·quads
+            "adr.w r1, ", $p, "_q1\n", "orr r1, r1, #1\n", "str r1, [sp, #24]\n",
+            "adr.w r1, ", $p, "_q2\n", "orr r1, r1, #1\n", "str r1, [sp, #28]\n",
+            "adr.w r1, ", $p, "_q3\n", "orr r1, r1, #1\n", "str r1, [sp, #32]\n",
+            // tail groups, and their first lane's place in the copy: 48 + 16·quads
             "and r7, r6, #3\n",
             "lsr r8, r6, #2\n",
-            "add r9, sp, #44\n",
+            "add r9, sp, #48\n",
             "add r9, r9, r8, lsl #4\n",
-            "strd r7, r9, [sp, #36]\n",
+            "strd r7, r9, [sp, #40]\n",
             // after the last quad (Q0..Q2; Q3 always ends the row): the tail, or the tree
             "cmp r8, #4\n",
             "beq 3f\n",
-            "add r9, sp, #20\n",
+            "add r9, sp, #24\n",
             "sub r8, r8, #1\n",
             "cbz r7, 1f\n",
             "adr.w r1, ", $p, "_tail\n",
@@ -275,9 +276,9 @@ macro_rules! quads_trees {
 
 /// One quad kernel: `$name` the symbol, `$p` the label prefix, `$wg` the group's words
 /// (GS/4), `$pre`/`$post` the build's set-up and restore, `$wl`, `$ld` as [`quads_start`],
-/// `$o`, `$b`, `$e` as [`quads_end`].
+/// `$o`, `$b`, `$a`, `$e` as [`quads_end`].
 macro_rules! quads_fn {
-    ($name:literal, $p:literal, $wg:literal, $pre:expr, $post:expr, $wl:literal, $ld:literal, $o:literal, $b:literal, $e:literal) => {
+    ($name:literal, $p:literal, $wg:literal, $pre:expr, $post:expr, $wl:literal, $ld:literal, $o:literal, $b:literal, $a:literal, $e:literal) => {
         concat!(
             ".pushsection .text.", $name, ",\"ax\",%progbits\n",
             ".p2align 2\n",
@@ -291,17 +292,17 @@ macro_rules! quads_fn {
             $pre,
             $p, "_row:\n",
             "gm_quad ", $wg, ", s16, s17, s18, s19\n",
-            "ldr.w pc, [sp, #20]\n",
+            "ldr.w pc, [sp, #24]\n",
             $p, "_q1:\n",
             "gm_quad ", $wg, ", s20, s21, s22, s23\n",
-            "ldr.w pc, [sp, #24]\n",
+            "ldr.w pc, [sp, #28]\n",
             $p, "_q2:\n",
             "gm_quad ", $wg, ", s24, s25, s26, s27\n",
-            "ldr.w pc, [sp, #28]\n",
+            "ldr.w pc, [sp, #32]\n",
             $p, "_q3:\n",
             "gm_quad ", $wg, ", s28, s29, s30, s31\n",
             "b ", $p, "_t15\n",
-            quads_end!($p, $ld, $o, $b, $e),
+            quads_end!($p, $ld, $o, $b, $a, $e),
             $post,
             "add sp, sp, #116\n",
             "vpop {{s16-s31}}\n",
@@ -402,9 +403,9 @@ core::arch::global_asm!(
     "gm_tail_w gm_wg",
     ".endm",
     ".set gm_wg, 7",
-    quads_fn!("gpt2_mcu_q8_quads_28", "gm28", "7", "", "", "ldr r11, [r0, #20]\nldr r12, [r0, #24]\n", "r0, r1, r2, r10, lr", "r0", "r1", "r2"),
+    quads_fn!("gpt2_mcu_q8_quads_28", "gm28", "7", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
     ".set gm_wg, 8",
-    quads_fn!("gpt2_mcu_q8_quads_32", "gm32", "8", "", "", "ldr r11, [r0, #20]\nldr r12, [r0, #24]\n", "r0, r1, r2, r10, lr", "r0", "r1", "r2"),
+    quads_fn!("gpt2_mcu_q8_quads_32", "gm32", "8", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
     ".purgem gm_w8",
     ".purgem gm_blk",
     ".purgem gm_quad",
@@ -471,12 +472,13 @@ core::arch::global_asm!(
         "gpt2_mcu_q8_quads_28",
         "gh28",
         "7",
-        "vmrs r3, p0\nstr r3, [sp, #108]\nmovs r3, #12\nvctp.8 r3\n",
-        "ldr r3, [sp, #108]\nvmsr p0, r3\n",
-        "ldr r1, [r0, #20]\nldr r12, [r0, #24]\n",
-        "r0, r2, r4, r5, lr",
+        "vmrs r3, p0\nstr r3, [sp, #112]\nmovs r3, #12\nvctp.8 r3\n",
+        "ldr r3, [sp, #112]\nvmsr p0, r3\n",
+        "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
+        "r0, r2, r3, r4, r5, lr",
         "r0",
         "r2",
+        "r3",
         "r4"
     ),
     ".set gm_gs, 32",
@@ -484,12 +486,13 @@ core::arch::global_asm!(
         "gpt2_mcu_q8_quads_32",
         "gh32",
         "8",
-        "vmrs r3, p0\nstr r3, [sp, #108]\n",
-        "ldr r3, [sp, #108]\nvmsr p0, r3\n",
-        "ldr r1, [r0, #20]\nldr r12, [r0, #24]\n",
-        "r0, r2, r4, r5, lr",
+        "vmrs r3, p0\nstr r3, [sp, #112]\n",
+        "ldr r3, [sp, #112]\nvmsr p0, r3\n",
+        "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
+        "r0, r2, r3, r4, r5, lr",
         "r0",
         "r2",
+        "r3",
         "r4"
     ),
     ".purgem gm_grp",
