@@ -115,8 +115,9 @@ pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
 /// group size (into `scratch`, [`quant_scratch_len`] per token); the dot products then run in
 /// i32 with one float multiply per group.
 pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
-    // Cortex-M: whole q8 rows in assembly (kernels/arm.rs); shapes it does not take fall
-    // through to the portable loop below, whose group dots are the Arm ones too.
+    // Cortex-M: q8/q4 rows in assembly (kernels/arm.rs, kernels/arm/quads.rs); shapes they
+    // do not take fall through to the portable loop below, whose group dots are the Arm ones
+    // too.
     #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
     if arm::linear_quant(out, x, w, bias, accumulate, scratch) {
         return;

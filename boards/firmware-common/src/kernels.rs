@@ -12,14 +12,20 @@
 //! - starts at every offset modulo 4 (the aligned fast paths and the portable fallback) and
 //!   inputs of different lengths (processed up to the shorter, as the portable code does).
 //!
-//! `linear` on q8 and q4 weights runs whole rows in assembly on these builds (the group dots,
-//! their float combination and the lane tree; `runtime/src/kernels/arm.rs`), with other group
-//! sizes and shapes falling back to the portable row loop and the kernels above.
-//! [`linear_check`] runs `linear` on random shapes (groups the row kernels take and groups they
-//! leave to the fallback, 1 to 40 groups a row so rows of more than 16 groups too, 1 to 3
-//! tokens, with and without bias and accumulation, misaligned weights) and requires its output
-//! bit for bit equal to a naive
-//! reference: the activations quantized with the runtime's `quantize_group_q8`, then per row
+//! The activations' int8 quantizer (`quantize_group_q8`, in integer steps on these builds) is
+//! checked too, against [`quantize_naive`]: ties, ±127, NaN, infinities, denormals, huge
+//! values ([`quant_value`]).
+//!
+//! `linear` on q8 and q4 weights runs in assembly on these builds: q8 rows of 4 to 16 groups
+//! of 28 or 32 in the quad kernels (`runtime/src/kernels/arm/quads.rs`), the other shapes
+//! whole rows at a time (the group dots, their float combination and the lane tree;
+//! `runtime/src/kernels/arm.rs`), with other group sizes and shapes falling back to the
+//! portable row loop and the kernels above. [`linear_check`] runs `linear` first on every row
+//! length the quad kernels take (4 to 16 groups of 28 and of 32: 1 to 4 quads and tails of 0
+//! to 3 groups), then on random shapes (groups the row kernels take and groups they leave to
+//! the fallback, 1 to 40 groups a row so rows of more than 16 groups too, 1 to 3 tokens, with
+//! and without bias and accumulation, misaligned weights) and requires its output bit for bit
+//! equal to a naive reference: the activations quantized by [`quantize_naive`], then per row
 //! `dot_q8_ref`, or for q4 [`dot_q4_naive`]'s group sums through `combine_groups` (the float
 //! order every build follows).
 //!

@@ -1,7 +1,14 @@
-//! Cortex-M builds of the quantized mat-vec, in inline assembly:
-//! - whole rows for q8 and q4 [`super::linear`] ([`linear_quant`]): a row's exact integer group
-//!   sums and their float combination ([`super::combine_groups`]: group g into lane g mod 16,
-//!   then the reduction tree) in one asm block, the 16 lanes in the FPU registers s16-s31;
+//! Cortex-M builds of the quantized mat-vec, in assembly:
+//! - q8 [`super::linear`] on rows of 4 to 16 groups of 28 or 32 (every matrix of the default
+//!   model): the quad kernels of [`quads`], one function per group size that runs all the rows
+//!   of a token, four groups unrolled at a time (the cheapest path, 1.51 / 0.51 instructions
+//!   per multiply-accumulate on the M4 / M55 for `mlp.c_fc`, quantizing included);
+//! - whole rows for the other q8 shapes and for q4 ([`linear_quant`]): a row's exact integer
+//!   group sums and their float combination ([`super::combine_groups`]: group g into lane g
+//!   mod 16, then the reduction tree) in one asm block, the 16 lanes in the FPU registers
+//!   s16-s31;
+//! - the activations quantized for them ([`quantize_group_pairs16`], and
+//!   `kernels::quantize_group_q8_int` for every int8 quantization on these builds);
 //! - the two integer group kernels, [`super::dot_i8`] (an int8 weight group against int8
 //!   activations) and [`super::dot_q4_group`] (packed 4-bit weights against int8
 //!   activations), which the portable row loop runs for the shapes the row kernels leave.
@@ -35,13 +42,16 @@
 //!
 //! `cargo test` cannot run them, so the firmware checks them at boot against naive references
 //! (`boards/firmware-common/src/kernels.rs`: `self_check`, the group kernels on lengths 0 to
-//! 768, extreme values, every alignment; `linear_check`, `linear` on random q8 and q4 shapes,
-//! taken by the row kernels or left to the fallback) and exits 1 on a difference;
+//! 768, extreme values, every alignment, and the quantizer on its corners (ties, NaN,
+//! infinities, denormals); `linear_check`, `linear` on every row length the quad kernels take
+//! and on random q8 and q4 shapes, taken by the quad or row kernels or left to the fallback)
+//! and exits 1 on a difference;
 //! `boards/qemu-check.sh` then requires the firmware's generated tokens to equal the host's.
 //! On the desktop, `cargo test` checks the DSP kernels' activation layouts with the
 //! arithmetic their assembly does (`kernels::tests`, `pairs16_*`, `nibbles16_*`).
 //!
-//! Cost of the row kernels, in executed instructions (what QEMU's `-icount` counts), per group
+//! Cost of the row kernels (the quad kernels' costs are in [`quads`]), in executed
+//! instructions (what QEMU's `-icount` counts), per group
 //! of 28 / 32 weights, everything included (integer dot, storing and reloading its sum, the
 //! float steps):
 //! - `arm-dsp`, q8: 46 / 50 (1.64 / 1.56 per multiply-accumulate). The integer dot takes 36 /
@@ -458,8 +468,9 @@ mod quads;
 #[repr(C, align(64))]
 struct GroupSums([i32; 16]);
 
-/// q8 and q4 [`super::linear`] through the row kernels below, for groups of 28 and 32 (what
-/// the converter picks for rows of 112·k and 32·k). Other groups, shapes the kernels do not
+/// q8 and q4 [`super::linear`]: q8 rows of 4 to 16 groups through the quad kernels
+/// ([`quads`]), the rest through the row kernels below, for groups of 28 and 32 (what the
+/// converter picks for rows of 112·k and 32·k). Other groups, shapes the kernels do not
 /// take (q4 on the DSP build: rows of a multiple of 8 values, so that every row starts on a
 /// word) and short buffers return false, having written only the scratch; the portable loop
 /// with this file's group dots then runs.

@@ -30,9 +30,29 @@
 //! the portable value bit for bit, NaN included.
 //!
 //!
+//! Cost, in executed instructions (QEMU `-icount`), of a row of 4 groups of 28 (112 weights,
+//! the default model's `c_attn`, `attn.c_proj`, `mlp.c_fc` and head rows):
+//!
+//! | | `arm-dsp` (M4) | `arm-helium` (M55) |
+//! |---|---:|---:|
+//! | integer dots | 133 (7 × 19) | 28 (4 × 7) |
+//! | sums to the FPU, float steps | 4 + 14 | 2 + 1 + 10 |
+//! | next step, tree (T = 4) | 1 + 3 | 1 + 3 |
+//! | row's end (fix, bias, store, loop; +2 when accumulating) | 10 | 10 |
+//! | total, per multiply-accumulate | 165, 1.47 | 55, 0.49 |
+//!
+//! plus, per call, quantizing the activations (about 12 instructions a value on the M4) and
+//! the prologue. The DSP build's integer dots are at the floor of `SMLAD` with int8 weights:
+//! `SMLAD` multiplies 16-bit halves, so each pair of weights needs one `SXTB16`, 1.0
+//! instructions per multiply-accumulate for the two alone; the weights' loads add 1/16 (an
+//! `LDM` of 16 weights) and the activations', widened once per call, 1/8 (an `LDM` of 8): 1.19.
+//! Two rows a pass, sharing each activation load, come to the same 19 per 16: fourteen
+//! registers then leave each row's weights an `LDRD` of 8. What is left is per group (the
+//! float steps: 4.5 instructions, 0.16 per multiply-accumulate at 28) and per row (0.13).
+//!
 //! `cargo test` cannot run the assembly; the firmware's boot check (`linear_check` in
-//! `boards/firmware-common/src/kernels.rs`) runs random shapes of 4 to 16 groups of 28 and 32
-//! against the naive reference, tails and every quad count included.
+//! `boards/firmware-common/src/kernels.rs`) runs every row length of 4 to 16 groups of 28 and
+//! 32, then random shapes, against the naive reference, tails and every quad count included.
 
 use super::{quantize_rows, QuantOrder, QuantRows};
 
@@ -59,11 +79,6 @@ struct Job {
     gpr: usize,
 }
 
-extern "C" {
-    fn gpt2_mcu_q8_quads_28(job: *const Job);
-    fn gpt2_mcu_q8_quads_32(job: *const Job);
-}
-
 /// The activation layout the quad kernels read.
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
 const ORDER: QuantOrder = QuantOrder::Pairs16;
@@ -78,9 +93,9 @@ pub(super) const GROUPS: core::ops::RangeInclusive<usize> = 4..=16;
 /// (DSP build), short weights or scales or scratch.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f32], gs: usize, rows: usize, cols: usize, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    let kernel: unsafe extern "C" fn(*const Job) = match gs {
-        28 => gpt2_mcu_q8_quads_28,
-        32 => gpt2_mcu_q8_quads_32,
+    let kernel: unsafe fn(*const Job) = match gs {
+        28 => q8_quads_28,
+        32 => q8_quads_32,
         _ => return false,
     };
     let gpr = cols / gs;
@@ -151,19 +166,19 @@ pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f3
 
 /// The float steps of a row's end, shared: [`super::super::combine_groups`]' tree over T lanes
 /// (entries for T = 16, 12, 8, 4 and, through the TBB of the tail, any T), the -0.0 fix, bias,
-/// accumulate, store, next row. `$p` is the label prefix; `$ld` the register list that
+/// accumulate, store, next row. `$ld` is the register list that
 /// reloads out, bias, accumulate, out_end, x, xs, `$o`, `$b`, `$a`, `$e` the first four of
 /// them.
 macro_rules! quads_end {
-    ($p:literal, $ld:literal, $o:literal, $b:literal, $a:literal, $e:literal) => {
+    ($ld:literal, $o:literal, $b:literal, $a:literal, $e:literal) => {
         concat!(
             // the tail: the lanes to memory, the tail groups' terms into their lanes there,
             // the lanes back, into the tree at T
-            $p, "_tail:\n",
+            "14:\n",
             "add r8, sp, #48\n",
             "vstmia r8, {{s16-s31}}\n",
             "ldrd r8, r9, [sp, #40]\n",
-            $p, "_tail_loop:\n",
+            "15:\n",
             "gm_tail_group\n",
             "vldmia r12!, {{s1}}\n",
             "vldmia lr!, {{s2}}\n",
@@ -171,37 +186,37 @@ macro_rules! quads_end {
             "vmul.f32 s0, s0, s1\n",
             "vstmia r9!, {{s0}}\n",
             "subs r8, r8, #1\n",
-            "bne ", $p, "_tail_loop\n",
+            "bne 15b\n",
             "add r8, sp, #48\n",
             "vldmia r8, {{s16-s31}}\n",
             "ldr r8, [sp, #36]\n",
             "tbb [pc, r8]\n",
-            $p, "_tbl:\n",
-            ".byte (", $p, "_t0 - ", $p, "_tbl) / 2, (", $p, "_t1 - ", $p, "_tbl) / 2, (", $p, "_t2 - ", $p, "_tbl) / 2, (", $p, "_t3 - ", $p, "_tbl) / 2\n",
-            ".byte (", $p, "_t4 - ", $p, "_tbl) / 2, (", $p, "_t5 - ", $p, "_tbl) / 2, (", $p, "_t6 - ", $p, "_tbl) / 2, (", $p, "_t7 - ", $p, "_tbl) / 2\n",
-            ".byte (", $p, "_t8 - ", $p, "_tbl) / 2, (", $p, "_t9 - ", $p, "_tbl) / 2, (", $p, "_t10 - ", $p, "_tbl) / 2, (", $p, "_t11 - ", $p, "_tbl) / 2\n",
-            ".byte (", $p, "_t12 - ", $p, "_tbl) / 2, (", $p, "_t13 - ", $p, "_tbl) / 2, (", $p, "_t14 - ", $p, "_tbl) / 2, (", $p, "_t15 - ", $p, "_tbl) / 2\n",
+            "16:\n",
+            ".byte (20f - 16b) / 2, (21f - 16b) / 2, (22f - 16b) / 2, (23f - 16b) / 2\n",
+            ".byte (24f - 16b) / 2, (25f - 16b) / 2, (26f - 16b) / 2, (27f - 16b) / 2\n",
+            ".byte (28f - 16b) / 2, (29f - 16b) / 2, (30f - 16b) / 2, (31f - 16b) / 2\n",
+            ".byte (32f - 16b) / 2, (33f - 16b) / 2, (34f - 16b) / 2, (35f - 16b) / 2\n",
             ".p2align 1\n",
             // the tree: level by level, each level's adds from the highest lane down, so that
             // entering at T's label runs exactly the adds whose upper lane is below T (lane i
             // += lane i + n; an upper lane below T has its lower one below T too; the others
             // add the portable code's untouched +0.0 lanes, which changes nothing)
-            $p, "_t15:\n", "vadd.f32 s23, s23, s31\n",
-            $p, "_t14:\n", "vadd.f32 s22, s22, s30\n",
-            $p, "_t13:\n", "vadd.f32 s21, s21, s29\n",
-            $p, "_t12:\n", "vadd.f32 s20, s20, s28\n",
-            $p, "_t11:\n", "vadd.f32 s19, s19, s27\n",
-            $p, "_t10:\n", "vadd.f32 s18, s18, s26\n",
-            $p, "_t9:\n", "vadd.f32 s17, s17, s25\n",
-            $p, "_t8:\n", "vadd.f32 s16, s16, s24\n",
-            $p, "_t7:\n", "vadd.f32 s19, s19, s23\n",
-            $p, "_t6:\n", "vadd.f32 s18, s18, s22\n",
-            $p, "_t5:\n", "vadd.f32 s17, s17, s21\n",
-            $p, "_t4:\n", "vadd.f32 s16, s16, s20\n",
-            $p, "_t3:\n", "vadd.f32 s17, s17, s19\n",
-            $p, "_t2:\n", "vadd.f32 s16, s16, s18\n",
-            $p, "_t1:\n", "vadd.f32 s16, s16, s17\n",
-            $p, "_t0:\n",
+            "35:\n", "vadd.f32 s23, s23, s31\n",
+            "34:\n", "vadd.f32 s22, s22, s30\n",
+            "33:\n", "vadd.f32 s21, s21, s29\n",
+            "32:\n", "vadd.f32 s20, s20, s28\n",
+            "31:\n", "vadd.f32 s19, s19, s27\n",
+            "30:\n", "vadd.f32 s18, s18, s26\n",
+            "29:\n", "vadd.f32 s17, s17, s25\n",
+            "28:\n", "vadd.f32 s16, s16, s24\n",
+            "27:\n", "vadd.f32 s19, s19, s23\n",
+            "26:\n", "vadd.f32 s18, s18, s22\n",
+            "25:\n", "vadd.f32 s17, s17, s21\n",
+            "24:\n", "vadd.f32 s16, s16, s20\n",
+            "23:\n", "vadd.f32 s17, s17, s19\n",
+            "22:\n", "vadd.f32 s16, s16, s18\n",
+            "21:\n", "vadd.f32 s16, s16, s17\n",
+            "20:\n",
             // the row's end: -0.0 fix, + bias (if any), out + y (if accumulating), store, next row
             "vadd.f32 s16, s16, s12\n",
             "ldm sp, {{", $ld, "}}\n",
@@ -216,7 +231,7 @@ macro_rules! quads_end {
             "vstmia ", $o, "!, {{s16}}\n",
             "strd ", $o, ", ", $b, ", [sp]\n",
             "cmp ", $o, ", ", $e, "\n",
-            "blo ", $p, "_row\n",
+            "blo 10b\n",
         )
     };
 }
@@ -225,7 +240,7 @@ macro_rules! quads_end {
 /// words, +0.0 in s12, then the build's weight and scale registers (`$wl`) and the first row's
 /// registers (`$ld`, as [`quads_end`]).
 macro_rules! quads_start {
-    ($p:literal, $wl:literal, $ld:literal) => {
+    ($wl:literal, $ld:literal) => {
         concat!(
             "sub sp, sp, #116\n",
             "ldm r0, {{r1-r6}}\n",
@@ -235,9 +250,9 @@ macro_rules! quads_start {
             "sub r7, r6, #1\n",
             "str r7, [sp, #36]\n",
             // Q0 → Q1, Q1 → Q2, Q2 → Q3 unless the row ends first
-            "adr.w r1, ", $p, "_q1\n", "orr r1, r1, #1\n", "str r1, [sp, #24]\n",
-            "adr.w r1, ", $p, "_q2\n", "orr r1, r1, #1\n", "str r1, [sp, #28]\n",
-            "adr.w r1, ", $p, "_q3\n", "orr r1, r1, #1\n", "str r1, [sp, #32]\n",
+            "adr.w r1, 11f\n", "orr r1, r1, #1\n", "str r1, [sp, #24]\n",
+            "adr.w r1, 12f\n", "orr r1, r1, #1\n", "str r1, [sp, #28]\n",
+            "adr.w r1, 13f\n", "orr r1, r1, #1\n", "str r1, [sp, #32]\n",
             // tail groups, and their first lane's place in the copy: 48 + 16·quads
             "and r7, r6, #3\n",
             "lsr r8, r6, #2\n",
@@ -250,10 +265,10 @@ macro_rules! quads_start {
             "add r9, sp, #24\n",
             "sub r8, r8, #1\n",
             "cbz r7, 1f\n",
-            "adr.w r1, ", $p, "_tail\n",
+            "adr.w r1, 14f\n",
             "b 2f\n",
             "1:\n",
-            "adr.w r1, ", $p, "_trees\n",
+            "adr.w r1, 17f\n",
             "ldr r1, [r1, r8, lsl #2]\n",
             "2:\n",
             "orr r1, r1, #1\n",
@@ -267,49 +282,45 @@ macro_rules! quads_start {
     };
 }
 
-/// The tree entries after 1, 2, 3 whole quads (T = 4, 8, 12), as data for `quads_start`.
+/// The tree entries after 1, 2, 3 whole quads (T = 4, 8, 12), as data for `quads_start`
+/// (placed where no path runs: after Q3's jump into the tree).
 macro_rules! quads_trees {
-    ($p:literal) => {
-        concat!(".p2align 2\n", $p, "_trees:\n", ".word ", $p, "_t3, ", $p, "_t7, ", $p, "_t11\n",)
+    () => {
+        concat!(".p2align 2\n", "17:\n", ".word 23f, 27f, 31f\n",)
     };
 }
 
-/// One quad kernel: `$name` the symbol, `$p` the label prefix, `$wg` the group's words
-/// (GS/4), `$pre`/`$post` the build's set-up and restore, `$wl`, `$ld` as [`quads_start`],
-/// `$o`, `$b`, `$a`, `$e` as [`quads_end`].
+/// The body of one quad kernel, saving and restoring the registers the compiler must not see
+/// changed (r4-r11, lr, s16-s31; r6 and r7 cannot even be named as operands): `$wg` the
+/// group's words (GS/4), `$pre`/`$post` the build's set-up and restore, `$wl`, `$ld` as
+/// [`quads_start`], `$o`, `$b`, `$a`, `$e` as [`quads_end`]. Local labels: 10 the row, 11-13
+/// the quads Q1-Q3, 14, 15 the tail, 16 its jump table, 17 the trees' table, 20 + k the tree's
+/// entry for k + 1 lanes; 1-3 inside the start and the row's end.
 macro_rules! quads_fn {
-    ($name:literal, $p:literal, $wg:literal, $pre:expr, $post:expr, $wl:literal, $ld:literal, $o:literal, $b:literal, $a:literal, $e:literal) => {
+    ($wg:literal, $pre:expr, $post:expr, $wl:literal, $ld:literal, $o:literal, $b:literal, $a:literal, $e:literal) => {
         concat!(
-            ".pushsection .text.", $name, ",\"ax\",%progbits\n",
-            ".p2align 2\n",
-            ".global ", $name, "\n",
-            ".type ", $name, ",%function\n",
-            ".thumb_func\n",
-            $name, ":\n",
             "push {{r4-r11, lr}}\n",
             "vpush {{s16-s31}}\n",
-            quads_start!($p, $wl, $ld),
+            quads_start!($wl, $ld),
             $pre,
-            $p, "_row:\n",
+            "10:\n",
             "gm_quad ", $wg, ", s16, s17, s18, s19\n",
             "ldr.w pc, [sp, #24]\n",
-            $p, "_q1:\n",
+            "11:\n",
             "gm_quad ", $wg, ", s20, s21, s22, s23\n",
             "ldr.w pc, [sp, #28]\n",
-            $p, "_q2:\n",
+            "12:\n",
             "gm_quad ", $wg, ", s24, s25, s26, s27\n",
             "ldr.w pc, [sp, #32]\n",
-            $p, "_q3:\n",
+            "13:\n",
             "gm_quad ", $wg, ", s28, s29, s30, s31\n",
-            "b ", $p, "_t15\n",
-            quads_end!($p, $ld, $o, $b, $a, $e),
+            "b 35f\n",
+            quads_trees!(),
+            quads_end!($ld, $o, $b, $a, $e),
             $post,
             "add sp, sp, #116\n",
             "vpop {{s16-s31}}\n",
-            "pop {{r4-r11, pc}}\n",
-            quads_trees!($p),
-            ".size ", $name, ", . - ", $name, "\n",
-            ".popsection\n",
+            "pop {{r4-r11, lr}}\n",
         )
     };
 }
@@ -319,99 +330,147 @@ macro_rules! quads_fn {
 // Registers in the quads: r0 the group's sum, r1 scratch, r2-r5 activation words, r6-r9
 // weight words, r10 the activations, r11 the weights, r12 the weight scales, lr the activation
 // scales. s0-s3 the group sums, s4-s11 the scales, s12 +0.0, s16-s31 the lanes.
+/// The assembler macros of the DSP kernels (defined in each asm block, purged at its end).
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
-core::arch::global_asm!(
-    // (module-level assembly gets the target's base features only: no FPU)
-    ".fpu fpv4-sp-d16",
-    // One weight word (4 int8 weights, word i of the group's or quad's run) against its two
-    // words of int16 activation pairs: SXTB16 takes bytes 0 and 2, SXTB16 ROR #8 bytes 1 and 3
-    // (the halves of a0 and a1); the group's first word starts the sum (SMUAD), its last moves
-    // the sum to s(i / wg).
-    ".macro gm_w8 i, wg, p, a0, a1",
-    "sxtb16 r1, \\p",
-    ".if ((\\i) % (\\wg)) == 0",
-    "smuad r0, r1, \\a0",
-    ".else",
-    "smlad r0, r1, \\a0, r0",
-    ".endif",
-    "sxtb16 \\p, \\p, ror #8",
-    "smlad r0, \\p, \\a1, r0",
-    ".if ((\\i) % (\\wg)) == ((\\wg) - 1)",
-    ".if ((\\i) / (\\wg)) == 0",
-    "vmov s0, r0",
-    ".elseif ((\\i) / (\\wg)) == 1",
-    "vmov s1, r0",
-    ".elseif ((\\i) / (\\wg)) == 2",
-    "vmov s2, r0",
-    ".else",
-    "vmov s3, r0",
-    ".endif",
-    ".endif",
-    ".endm",
-    // 16 weights of a quad: block b (words 4b..4b+3).
-    ".macro gm_blk b, wg",
-    "ldm r11!, {{r6-r9}}",
-    "ldm r10!, {{r2-r5}}",
-    "gm_w8 (4*(\\b)), \\wg, r6, r2, r3",
-    "gm_w8 (4*(\\b)+1), \\wg, r7, r4, r5",
-    "ldm r10!, {{r2-r5}}",
-    "gm_w8 (4*(\\b)+2), \\wg, r8, r2, r3",
-    "gm_w8 (4*(\\b)+3), \\wg, r9, r4, r5",
-    ".endm",
-    // A quad: 4 groups of wg words (wg blocks of 16 weights), then their float steps into
-    // the lanes l0-l3: term = sum as f32 · (ws · xs), the portable operand order.
-    ".macro gm_quad wg, l0, l1, l2, l3",
-    ".set gm_qb, 0",
-    ".rept \\wg",
-    "gm_blk gm_qb, \\wg",
-    ".set gm_qb, gm_qb + 1",
-    ".endr",
-    "vldmia r12!, {{s4-s7}}",
-    "vldmia lr!, {{s8-s11}}",
-    "vmul.f32 s4, s4, s8",
-    "vmul.f32 s5, s5, s9",
-    "vmul.f32 s6, s6, s10",
-    "vmul.f32 s7, s7, s11",
-    "vcvt.f32.s32 s0, s0",
-    "vcvt.f32.s32 s1, s1",
-    "vcvt.f32.s32 s2, s2",
-    "vcvt.f32.s32 s3, s3",
-    "vmul.f32 \\l0, s0, s4",
-    "vmul.f32 \\l1, s1, s5",
-    "vmul.f32 \\l2, s2, s6",
-    "vmul.f32 \\l3, s3, s7",
-    ".endm",
-    // One tail group of wg words, the sum converted in s0: weights by LDRD (r6, r7; r8, r9
-    // are the tail loop's).
-    ".macro gm_tail_w wg",
-    ".set gm_tb, 0",
-    ".rept (\\wg) / 2",
-    "ldrd r6, r7, [r11], #8",
-    "ldm r10!, {{r2-r5}}",
-    "gm_w8 (2*gm_tb), \\wg, r6, r2, r3",
-    "gm_w8 (2*gm_tb+1), \\wg, r7, r4, r5",
-    ".set gm_tb, gm_tb + 1",
-    ".endr",
-    ".if (\\wg) % 2",
-    "ldr r6, [r11], #4",
-    "ldrd r2, r3, [r10], #8",
-    "gm_w8 ((\\wg)-1), \\wg, r6, r2, r3",
-    ".endif",
-    "vcvt.f32.s32 s0, s0",
-    ".endm",
-    ".macro gm_tail_group",
-    "gm_tail_w gm_wg",
-    ".endm",
-    ".set gm_wg, 7",
-    quads_fn!("gpt2_mcu_q8_quads_28", "gm28", "7", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
-    ".set gm_wg, 8",
-    quads_fn!("gpt2_mcu_q8_quads_32", "gm32", "8", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
-    ".purgem gm_w8",
-    ".purgem gm_blk",
-    ".purgem gm_quad",
-    ".purgem gm_tail_w",
-    ".purgem gm_tail_group",
-);
+macro_rules! dsp_macros {
+    () => {
+        concat!(
+            // One weight word (4 int8 weights, word i of the group's or quad's run) against its two
+            // words of int16 activation pairs: SXTB16 takes bytes 0 and 2, SXTB16 ROR #8 bytes 1 and 3
+            // (the halves of a0 and a1); the group's first word starts the sum (SMUAD), its last moves
+            // the sum to s(i / wg).
+            ".macro gm_w8 i, wg, p, a0, a1\n",
+            "sxtb16 r1, \\p\n",
+            ".if ((\\i) % (\\wg)) == 0\n",
+            "smuad r0, r1, \\a0\n",
+            ".else\n",
+            "smlad r0, r1, \\a0, r0\n",
+            ".endif\n",
+            "sxtb16 \\p, \\p, ror #8\n",
+            "smlad r0, \\p, \\a1, r0\n",
+            ".if ((\\i) % (\\wg)) == ((\\wg) - 1)\n",
+            ".if ((\\i) / (\\wg)) == 0\n",
+            "vmov s0, r0\n",
+            ".elseif ((\\i) / (\\wg)) == 1\n",
+            "vmov s1, r0\n",
+            ".elseif ((\\i) / (\\wg)) == 2\n",
+            "vmov s2, r0\n",
+            ".else\n",
+            "vmov s3, r0\n",
+            ".endif\n",
+            ".endif\n",
+            ".endm\n",
+            // 16 weights of a quad: block b (words 4b..4b+3).
+            ".macro gm_blk b, wg\n",
+            "ldm r11!, {{r6-r9}}\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm_w8 (4*(\\b)), \\wg, r6, r2, r3\n",
+            "gm_w8 (4*(\\b)+1), \\wg, r7, r4, r5\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm_w8 (4*(\\b)+2), \\wg, r8, r2, r3\n",
+            "gm_w8 (4*(\\b)+3), \\wg, r9, r4, r5\n",
+            ".endm\n",
+            // A quad: 4 groups of wg words (wg blocks of 16 weights), then their float steps into
+            // the lanes l0-l3: term = sum as f32 · (ws · xs), the portable operand order.
+            ".macro gm_quad wg, l0, l1, l2, l3\n",
+            ".set gm_qb, 0\n",
+            ".rept \\wg\n",
+            "gm_blk gm_qb, \\wg\n",
+            ".set gm_qb, gm_qb + 1\n",
+            ".endr\n",
+            "vldmia r12!, {{s4-s7}}\n",
+            "vldmia lr!, {{s8-s11}}\n",
+            "vmul.f32 s4, s4, s8\n",
+            "vmul.f32 s5, s5, s9\n",
+            "vmul.f32 s6, s6, s10\n",
+            "vmul.f32 s7, s7, s11\n",
+            "vcvt.f32.s32 s0, s0\n",
+            "vcvt.f32.s32 s1, s1\n",
+            "vcvt.f32.s32 s2, s2\n",
+            "vcvt.f32.s32 s3, s3\n",
+            "vmul.f32 \\l0, s0, s4\n",
+            "vmul.f32 \\l1, s1, s5\n",
+            "vmul.f32 \\l2, s2, s6\n",
+            "vmul.f32 \\l3, s3, s7\n",
+            ".endm\n",
+            // One tail group of wg words, the sum converted in s0: weights by LDRD (r6, r7; r8, r9
+            // are the tail loop's).
+            ".macro gm_tail_w wg\n",
+            ".set gm_tb, 0\n",
+            ".rept (\\wg) / 2\n",
+            "ldrd r6, r7, [r11], #8\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm_w8 (2*gm_tb), \\wg, r6, r2, r3\n",
+            "gm_w8 (2*gm_tb+1), \\wg, r7, r4, r5\n",
+            ".set gm_tb, gm_tb + 1\n",
+            ".endr\n",
+            ".if (\\wg) % 2\n",
+            "ldr r6, [r11], #4\n",
+            "ldrd r2, r3, [r10], #8\n",
+            "gm_w8 ((\\wg)-1), \\wg, r6, r2, r3\n",
+            ".endif\n",
+            "vcvt.f32.s32 s0, s0\n",
+            ".endm\n",
+            ".macro gm_tail_group\n",
+            "gm_tail_w gm_wg\n",
+            ".endm\n",
+        )
+    };
+}
+
+/// The assembler macros' names, purged at the end of each function that defines them.
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+macro_rules! dsp_purge {
+    () => {
+        ".purgem gm_w8\n.purgem gm_blk\n.purgem gm_quad\n.purgem gm_tail_w\n.purgem gm_tail_group\n"
+    };
+}
+
+/// The quad kernel for groups of 28 (see the module notes and [`Job`]).
+///
+/// # Safety
+/// The job must describe memory as [`linear_q8`] checks it: readable weights, scales,
+/// activations and bias, a writable output, 4 to 16 groups a row.
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+#[inline(never)]
+unsafe fn q8_quads_28(job: *const Job) {
+    // SAFETY: the caller's contract; the asm saves and restores every register it changes
+    // but those declared below, and leaves the stack as it found it.
+    unsafe {
+        core::arch::asm!(
+            dsp_macros!(),
+            ".set gm_wg, 7",
+            quads_fn!("7", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
+            dsp_purge!(),
+            inout("r0") job => _,
+            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _, out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+        );
+    }
+}
+
+/// The quad kernel for groups of 32 (as [`q8_quads_28`]).
+///
+/// # Safety
+/// As [`q8_quads_28`].
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+#[inline(never)]
+unsafe fn q8_quads_32(job: *const Job) {
+    // SAFETY: as in q8_quads_28.
+    unsafe {
+        core::arch::asm!(
+            dsp_macros!(),
+            ".set gm_wg, 8",
+            quads_fn!("8", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
+            dsp_purge!(),
+            inout("r0") job => _,
+            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
+            out("s0") _, out("s1") _, out("s2") _, out("s3") _, out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+            out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+        );
+    }
+}
 
 // ---- arm-helium: VLDRB + VMLADAV.S8 ---------------------------------------------------------
 //
@@ -419,83 +478,127 @@ core::arch::global_asm!(
 // weights, r5 the activations, r12 the weight scales, lr the activation scales; q0, q1 the
 // loads, then s0-s7 the scales; q2 (s8-s11) the sums as floats, s12 +0.0, s16-s31 the lanes.
 // P0 holds VCTP.8 12 (a 28-group's tail) for the whole call; the caller's VPR is restored.
+/// The assembler macros of the Helium kernels (defined in each asm block, purged at its end).
 #[cfg(feature = "arm-helium")]
-core::arch::global_asm!(
-    // (module-level assembly gets the target's base features only: no FPU, no MVE)
-    ".cpu cortex-m55",
-    // One group of gm_gs int8 weights against as many activations, the sum in s.
-    ".macro gm_grp s",
-    "vldrb.s8 q0, [r1], #16",
-    "vldrb.s8 q1, [r5], #16",
-    "vmladav.s8 \\s, q0, q1",
-    ".if gm_gs == 32",
-    "vldrb.s8 q0, [r1], #16",
-    "vldrb.s8 q1, [r5], #16",
-    "vmladava.s8 \\s, q0, q1",
-    ".else",
-    "vpsttt",
-    "vldrbt.s8 q0, [r1], #12",
-    "vldrbt.s8 q1, [r5], #12",
-    "vmladavat.s8 \\s, q0, q1",
-    ".endif",
-    ".endm",
-    // A quad: 4 groups, the four sums into q2 and converted at once, then the float steps
-    // into the lanes l0-l3 (scalar: Helium's float arithmetic flushes denormals).
-    ".macro gm_quad wg, l0, l1, l2, l3",
-    "gm_grp r0",
-    "gm_grp r2",
-    "gm_grp r4",
-    "gm_grp r6",
-    // (VMOV Qd[i], Qd[i - 2], Rt, Rt2 writes Rt to lane i - 2 and Rt2 to lane i)
-    "vmov q2[2], q2[0], r0, r4",
-    "vmov q2[3], q2[1], r2, r6",
-    "vcvt.f32.s32 q2, q2",
-    "vldmia r12!, {{s0-s3}}",
-    "vldmia lr!, {{s4-s7}}",
-    "vmul.f32 s0, s0, s4",
-    "vmul.f32 s1, s1, s5",
-    "vmul.f32 s2, s2, s6",
-    "vmul.f32 s3, s3, s7",
-    "vmul.f32 \\l0, s8, s0",
-    "vmul.f32 \\l1, s9, s1",
-    "vmul.f32 \\l2, s10, s2",
-    "vmul.f32 \\l3, s11, s3",
-    ".endm",
-    // One tail group, the sum converted in s0.
-    ".macro gm_tail_group",
-    "gm_grp r0",
-    "vmov s0, r0",
-    "vcvt.f32.s32 s0, s0",
-    ".endm",
-    ".set gm_gs, 28",
-    quads_fn!(
-        "gpt2_mcu_q8_quads_28",
-        "gh28",
-        "7",
-        "vmrs r3, p0\nstr r3, [sp, #112]\nmovs r3, #12\nvctp.8 r3\n",
-        "ldr r3, [sp, #112]\nvmsr p0, r3\n",
-        "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
-        "r0, r2, r3, r4, r5, lr",
-        "r0",
-        "r2",
-        "r3",
-        "r4"
-    ),
-    ".set gm_gs, 32",
-    quads_fn!(
-        "gpt2_mcu_q8_quads_32",
-        "gh32",
-        "8",
-        "vmrs r3, p0\nstr r3, [sp, #112]\n",
-        "ldr r3, [sp, #112]\nvmsr p0, r3\n",
-        "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
-        "r0, r2, r3, r4, r5, lr",
-        "r0",
-        "r2",
-        "r3",
-        "r4"
-    ),
-    ".purgem gm_grp",
-    ".purgem gm_quad",
-    ".purgem gm_tail_group",
-);
+macro_rules! mve_macros {
+    () => {
+        concat!(
+            // One group of gm_gs int8 weights against as many activations, the sum in s.
+            ".macro gm_grp s\n",
+            "vldrb.s8 q0, [r1], #16\n",
+            "vldrb.s8 q1, [r5], #16\n",
+            "vmladav.s8 \\s, q0, q1\n",
+            ".if gm_gs == 32\n",
+            "vldrb.s8 q0, [r1], #16\n",
+            "vldrb.s8 q1, [r5], #16\n",
+            "vmladava.s8 \\s, q0, q1\n",
+            ".else\n",
+            "vpsttt\n",
+            "vldrbt.s8 q0, [r1], #12\n",
+            "vldrbt.s8 q1, [r5], #12\n",
+            "vmladavat.s8 \\s, q0, q1\n",
+            ".endif\n",
+            ".endm\n",
+            // A quad: 4 groups, the four sums into q2 and converted at once, then the float steps
+            // into the lanes l0-l3 (scalar: Helium's float arithmetic flushes denormals).
+            ".macro gm_quad wg, l0, l1, l2, l3\n",
+            "gm_grp r0\n",
+            "gm_grp r2\n",
+            "gm_grp r4\n",
+            "gm_grp r6\n",
+            // (VMOV Qd[i], Qd[i - 2], Rt, Rt2 writes Rt to lane i - 2 and Rt2 to lane i)
+            "vmov q2[2], q2[0], r0, r4\n",
+            "vmov q2[3], q2[1], r2, r6\n",
+            "vcvt.f32.s32 q2, q2\n",
+            "vldmia r12!, {{s0-s3}}\n",
+            "vldmia lr!, {{s4-s7}}\n",
+            "vmul.f32 s0, s0, s4\n",
+            "vmul.f32 s1, s1, s5\n",
+            "vmul.f32 s2, s2, s6\n",
+            "vmul.f32 s3, s3, s7\n",
+            "vmul.f32 \\l0, s8, s0\n",
+            "vmul.f32 \\l1, s9, s1\n",
+            "vmul.f32 \\l2, s10, s2\n",
+            "vmul.f32 \\l3, s11, s3\n",
+            ".endm\n",
+            // One tail group, the sum converted in s0.
+            ".macro gm_tail_group\n",
+            "gm_grp r0\n",
+            "vmov s0, r0\n",
+            "vcvt.f32.s32 s0, s0\n",
+            ".endm\n",
+        )
+    };
+}
+
+/// The assembler macros' names, purged at the end of each function that defines them.
+#[cfg(feature = "arm-helium")]
+macro_rules! mve_purge {
+    () => {
+        ".purgem gm_grp\n.purgem gm_quad\n.purgem gm_tail_group\n"
+    };
+}
+
+/// The quad kernel for groups of 28 (see the module notes and [`Job`]).
+///
+/// # Safety
+/// The job must describe memory as [`linear_q8`] checks it: readable weights, scales,
+/// activations and bias, a writable output, 4 to 16 groups a row.
+#[cfg(feature = "arm-helium")]
+#[inline(never)]
+unsafe fn q8_quads_28(job: *const Job) {
+    // SAFETY: the caller's contract; the asm saves and restores every register it changes
+    // but those declared below, and leaves the stack as it found it.
+    unsafe {
+        core::arch::asm!(
+            mve_macros!(),
+            ".set gm_gs, 28",
+            quads_fn!(
+                "7",
+                "vmrs r3, p0\nstr r3, [sp, #112]\nmovs r3, #12\nvctp.8 r3\n",
+                "ldr r3, [sp, #112]\nvmsr p0, r3\n",
+                "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
+                "r0, r2, r3, r4, r5, lr",
+                "r0",
+                "r2",
+                "r3",
+                "r4"
+            ),
+            mve_purge!(),
+            inout("r0") job => _,
+            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
+            out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _, out("d6") _, out("d7") _,
+        );
+    }
+}
+
+/// The quad kernel for groups of 32 (as [`q8_quads_28`]).
+///
+/// # Safety
+/// As [`q8_quads_28`].
+#[cfg(feature = "arm-helium")]
+#[inline(never)]
+unsafe fn q8_quads_32(job: *const Job) {
+    // SAFETY: as in q8_quads_28.
+    unsafe {
+        core::arch::asm!(
+            mve_macros!(),
+            ".set gm_gs, 32",
+            quads_fn!(
+                "8",
+                "vmrs r3, p0\nstr r3, [sp, #112]\n",
+                "ldr r3, [sp, #112]\nvmsr p0, r3\n",
+                "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
+                "r0, r2, r3, r4, r5, lr",
+                "r0",
+                "r2",
+                "r3",
+                "r4"
+            ),
+            mve_purge!(),
+            inout("r0") job => _,
+            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
+            out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _, out("d6") _, out("d7") _,
+        );
+    }
+}
