@@ -16,13 +16,13 @@
 //! checked too, against [`quantize_naive`]: ties, ±127, NaN, infinities, denormals, huge
 //! values ([`quant_value`]).
 //!
-//! `linear` on q8 and q4 weights runs in assembly on these builds: q8 rows of 4 to 16 groups
+//! `linear` on q8 and q4 weights runs in assembly on these builds: rows of 4 to 16 groups
 //! of 28 or 32 in the quad kernels (`runtime/src/kernels/arm/quads.rs`), the other shapes
 //! whole rows at a time (the group dots, their float combination and the lane tree;
 //! `runtime/src/kernels/arm.rs`), with other group sizes and shapes falling back to the
 //! portable row loop and the kernels above. [`linear_check`] runs `linear` first on every row
-//! length the quad kernels take (4 to 16 groups of 28 and of 32: 1 to 4 quads and tails of 0
-//! to 3 groups), then on random shapes (groups the row kernels take and groups they leave to
+//! length the quad kernels take (4 to 16 groups of 28 and of 32, q8 and q4: 1 to 4 quads and
+//! tails of 0 to 3 groups), then on random shapes (groups the row kernels take and groups they leave to
 //! the fallback, 1 to 40 groups a row so rows of more than 16 groups too, 1 to 3 tokens, with
 //! and without bias and accumulation, misaligned weights) and requires its output bit for bit
 //! equal to a naive reference: the activations quantized by [`quantize_naive`], then per row
@@ -344,8 +344,9 @@ const CHECK_GROUPS: [usize; 12] = [28, 32, 28, 32, 28, 32, 8, 12, 16, 24, 36, 10
 /// Groups per row the q8 quad kernels take (`runtime/src/kernels/arm/quads.rs`).
 const QUAD_GROUPS: core::ops::RangeInclusive<usize> = 4..=16;
 
-/// [`linear_check`]'s sweep: every row length of [`QUAD_GROUPS`] in groups of 28 and of 32.
-const SWEEP: usize = 2 * (16 - 4 + 1);
+/// [`linear_check`]'s sweep: every row length of [`QUAD_GROUPS`] in groups of 28 and of 32,
+/// q8 and q4.
+const SWEEP: usize = 4 * (16 - 4 + 1);
 
 /// Random `linear` calls on q8 matrices against the naive reference (see the module notes),
 /// in `work` (the KV cache, before the session takes it: about 50 KB are used; cases that do
@@ -357,11 +358,12 @@ pub fn linear_check(work: &mut [f32]) -> Result<usize, LinearMismatch> {
     let mut s = 0x2545_F491u32;
     let mut compared = 0;
     for case in 0..SWEEP + CASES {
-        // first the sweep: q8 in groups of 28 and 32 at every row length the quad kernels
-        // take (4 to 16 groups: 1 to 4 quads, tails of 0 to 3 groups), 1 to 9 rows, 1 or 2
-        // tokens; then random shapes
+        // first the sweep: q8 and q4 in groups of 28 and 32 at every row length the quad
+        // kernels take (4 to 16 groups: 1 to 4 quads, tails of 0 to 3 groups; q4 rows of an
+        // odd number of 28-groups go to the portable loop), 1 to 9 rows, 1 or 2 tokens; then
+        // random shapes
         let (group, gpr, q4) = if case < SWEEP {
-            ([28, 32][case % 2], QUAD_GROUPS.start() + case / 2, false)
+            ([28, 32][case % 2], QUAD_GROUPS.start() + case / 4, case % 4 >= 2)
         } else {
             let group = CHECK_GROUPS[next(&mut s) as usize % CHECK_GROUPS.len()];
             // 1..=40 groups a row, at most 1024 columns

@@ -475,8 +475,13 @@ struct GroupSums([i32; 16]);
 /// word) and short buffers return false, having written only the scratch; the portable loop
 /// with this file's group dots then runs.
 pub(super) fn linear_quant(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    if let MatrixData::Q8 { values, scales, group } = w.data {
-        if quads::linear_q8(out, x, values, scales, group, w.rows, w.cols, bias, accumulate, scratch) {
+    let quad = match w.data {
+        MatrixData::Q8 { values, scales, group } => Some((bytemuck::cast_slice(values), scales, false, group)),
+        MatrixData::Q4 { packed, scales, group } => Some((packed, scales, true, group)),
+        MatrixData::F32(_) | MatrixData::F16(_) => None,
+    };
+    if let Some((weights, scales, q4, group)) = quad {
+        if quads::linear(out, x, weights, scales, q4, group, w.rows, w.cols, bias, accumulate, scratch) {
             return true;
         }
     }

@@ -67,11 +67,12 @@ struct Job {
     accumulate: usize,
     /// `out` + rows.
     out_end: *mut f32,
-    /// The token's activations: int16 pairs (`arm-dsp`) or int8 values (`arm-helium`).
+    /// The token's activations: on the DSP build int16 pairs (q8) or the nibble layout (q4),
+    /// with Helium int8 values.
     x: *const u8,
     /// The token's activation scales, one per group.
     xs: *const f32,
-    /// First row's weights (int8; 4-byte aligned on the DSP build).
+    /// First row's weights (int8 or packed 4-bit; 4-byte aligned on the DSP build).
     w: *const u8,
     /// First row's weight scales.
     ws: *const f32,
@@ -79,39 +80,57 @@ struct Job {
     gpr: usize,
 }
 
-/// The activation layout the quad kernels read.
+/// The activation layout the quad kernels read (`q4`: for packed 4-bit weights).
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
-const ORDER: QuantOrder = QuantOrder::Pairs16;
+const fn order(q4: bool) -> QuantOrder {
+    if q4 {
+        QuantOrder::Nibbles16
+    } else {
+        QuantOrder::Pairs16
+    }
+}
 #[cfg(feature = "arm-helium")]
-const ORDER: QuantOrder = QuantOrder::Natural;
+const fn order(_q4: bool) -> QuantOrder {
+    QuantOrder::Natural
+}
 
 /// Groups per row the quad kernels take.
 pub(super) const GROUPS: core::ops::RangeInclusive<usize> = 4..=16;
 
-/// q8 `linear` through the quad kernel for groups of `gs` (28 or 32): false, with nothing
-/// written, for other groups, rows of groups outside [`GROUPS`], weights not 4-byte aligned
-/// (DSP build), short weights or scales or scratch.
+/// q8 (`q4` false: int8 weights) or q4 (packed 4-bit) `linear` through the quad kernel for
+/// groups of `gs` (28 or 32): false, with nothing written, for other groups, rows of groups
+/// outside [`GROUPS`], on the DSP build weights not 4-byte aligned or q4 rows not a multiple
+/// of 8 values (so that every row starts on a word), short weights or scales or scratch.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f32], gs: usize, rows: usize, cols: usize, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    let kernel: unsafe fn(*const Job) = match gs {
-        28 => q8_quads_28,
-        32 => q8_quads_32,
+pub(super) fn linear(out: &mut [f32], x: &[f32], weights: &[u8], scales: &[f32], q4: bool, gs: usize, rows: usize, cols: usize, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    let kernel: unsafe fn(*const Job) = match (q4, gs) {
+        (false, 28) => q8_quads_28,
+        (false, 32) => q8_quads_32,
+        (true, 28) => q4_quads_28,
+        (true, 32) => q4_quads_32,
         _ => return false,
     };
     let gpr = cols / gs;
-    let dsp = ORDER != QuantOrder::Natural;
-    let aligned = !dsp || (weights.as_ptr() as usize).is_multiple_of(4);
+    let order = order(q4);
+    let dsp = order != QuantOrder::Natural;
+    let row_bytes = if q4 { cols / 2 } else { cols };
+    let aligned = !dsp || ((weights.as_ptr() as usize).is_multiple_of(4) && row_bytes.is_multiple_of(4));
     let fits = |len: usize, per_row: usize| rows.checked_mul(per_row).is_some_and(|n| n <= len);
-    if rows == 0 || !GROUPS.contains(&gpr) || !cols.is_multiple_of(gs) || !aligned || !fits(weights.len(), cols) || !fits(scales.len(), gpr) {
+    if rows == 0 || !GROUPS.contains(&gpr) || !cols.is_multiple_of(gs) || !aligned || !fits(weights.len(), row_bytes) || !fits(scales.len(), gpr) {
         return false;
     }
     let tokens = (x.len() / cols).min(out.len() / rows);
-    // bytes of one token's activations (int16 pairs take two per value)
-    let x_bytes = if dsp { 2 * cols } else { cols };
+    // bytes of one token's activations: int16 pairs take two per value, the q4 layout one more
+    // word per group
+    let x_bytes = match order {
+        QuantOrder::Pairs16 => 2 * cols,
+        QuantOrder::Nibbles16 => 2 * cols + 4 * gpr,
+        QuantOrder::Natural | QuantOrder::Q4Pairs => cols,
+    };
     if scratch.len() < tokens * (x_bytes / 4 + gpr) {
         return false;
     }
-    let QuantRows { q, scales: xs, pairs, .. } = quantize_rows(x, cols, gs, tokens, scratch, ORDER);
+    let QuantRows { q, scales: xs, pairs, .. } = quantize_rows(x, cols, gs, tokens, scratch, order);
     let xq: &[u8] = if dsp { bytemuck::cast_slice(pairs) } else { bytemuck::cast_slice(q) };
     if xq.len() < tokens * x_bytes || xs.len() < tokens * gpr {
         return false;
@@ -126,7 +145,7 @@ pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f3
             let range = out_t.as_mut_ptr_range();
             // SAFETY: start < end ≤ rows = out_t.len(), so out and out_end bound rows start..end
             // of out_t; the weights and scales of those rows are inside `weights` and `scales`
-            // (rows·cols and rows·gpr checked above); token t's activations (x_bytes) and
+            // (rows·row_bytes and rows·gpr checked above); token t's activations (x_bytes) and
             // scales (gpr) are inside xq and xs (checked above); with a bias, rows 0..nb are
             // inside `bias`.
             let job = unsafe {
@@ -137,15 +156,16 @@ pub(super) fn linear_q8(out: &mut [f32], x: &[f32], weights: &[i8], scales: &[f3
                     out_end: range.start.add(end),
                     x: xq.as_ptr().add(t * x_bytes),
                     xs: xs.as_ptr().add(t * gpr),
-                    w: weights.as_ptr().add(start * cols).cast(),
+                    w: weights.as_ptr().add(start * row_bytes),
                     ws: scales.as_ptr().add(start * gpr),
                     gpr,
                 }
             };
             // SAFETY: the job describes memory as the kernels require (above): they read
-            // end - start rows of gpr groups of gs weights and scales from w and ws, gpr·gs
-            // activations (layout ORDER) and gpr scales from x and xs, one bias per row when it
-            // is not null, and read and write out[..end - start]; gpr is in GROUPS.
+            // end - start rows of gpr groups of gs weights (row_bytes a row) and scales from w
+            // and ws, one token's activations (layout `order`, x_bytes) and gpr scales from x
+            // and xs, one bias per row when it is not null, and read and write
+            // out[..end - start]; gpr is in GROUPS.
             unsafe { kernel(&job) };
         }
     }
@@ -179,13 +199,7 @@ macro_rules! quads_end {
             "vstmia r8, {{s16-s31}}\n",
             "ldrd r8, r9, [sp, #40]\n",
             "15:\n",
-            "gm_tail_group\n",
-            "vldmia r12!, {{s1}}\n",
-            "vldmia lr!, {{s2}}\n",
-            "vmul.f32 s1, s1, s2\n",
-            "vmul.f32 s0, s0, s1\n",
-            "vstmia r9!, {{s0}}\n",
-            "subs r8, r8, #1\n",
+            "gm_tail_iter\n",
             "bne 15b\n",
             "add r8, sp, #48\n",
             "vldmia r8, {{s16-s31}}\n",
@@ -330,6 +344,22 @@ macro_rules! quads_fn {
 // Registers in the quads: r0 the group's sum, r1 scratch, r2-r5 activation words, r6-r9
 // weight words, r10 the activations, r11 the weights, r12 the weight scales, lr the activation
 // scales. s0-s3 the group sums, s4-s11 the scales, s12 +0.0, s16-s31 the lanes.
+/// A tail group's float step, shared by both builds (the group's sum converted in s0): its
+/// term into the lanes' copy at r9.
+macro_rules! tail_float {
+    () => {
+        concat!(
+            ".macro gm_tail_float\n",
+            "vldmia r12!, {{s1}}\n",
+            "vldmia lr!, {{s2}}\n",
+            "vmul.f32 s1, s1, s2\n",
+            "vmul.f32 s0, s0, s1\n",
+            "vstmia r9!, {{s0}}\n",
+            ".endm\n",
+        )
+    };
+}
+
 /// The assembler macros of the DSP kernels (defined in each asm block, purged at its end).
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
 macro_rules! dsp_macros {
@@ -373,11 +403,19 @@ macro_rules! dsp_macros {
             // A quad: 4 groups of wg words (wg blocks of 16 weights), then their float steps into
             // the lanes l0-l3: term = sum as f32 · (ws · xs), the portable operand order.
             ".macro gm_quad wg, l0, l1, l2, l3\n",
+            ".if gm_q4\n",
+            ".if (\\wg) == 7\n",
+            "gm4_quad28\n",
+            ".else\n",
+            "gm4_quad32\n",
+            ".endif\n",
+            ".else\n",
             ".set gm_qb, 0\n",
             ".rept \\wg\n",
             "gm_blk gm_qb, \\wg\n",
             ".set gm_qb, gm_qb + 1\n",
             ".endr\n",
+            ".endif\n",
             "vldmia r12!, {{s4-s7}}\n",
             "vldmia lr!, {{s8-s11}}\n",
             "vmul.f32 s4, s4, s8\n",
@@ -411,8 +449,164 @@ macro_rules! dsp_macros {
             ".endif\n",
             "vcvt.f32.s32 s0, s0\n",
             ".endm\n",
-            ".macro gm_tail_group\n",
+            // q4 (QuantOrder::Nibbles16 activations: per group the start value -2048·Σx,
+            // then per 8 values 256·(x0, x4), 16·(x1, x5), (x2, x6), (x3, x7) as int16 pairs,
+            // a 4-value head or tail as 256·x0 | 16·x1 << 16, x2 | x3 << 16): a weight word's 8
+            // nibbles masked in place (unsigned, stored + 8: the start value takes the 8 off,
+            // the sum is 256× and ends with ASR #8), each mask one SMLAD against the pair that
+            // matches it. gm4_full: word p against r2-r5 into r0 (p is spent).
+            ".macro gm4_full p\n",
+            "and r1, \\p, #0x000F000F\n",
+            "smlad r0, r1, r2, r0\n",
+            "and r1, \\p, #0x00F000F0\n",
+            "smlad r0, r1, r3, r0\n",
+            "and r1, \\p, #0x0F000F00\n",
+            "smlad r0, r1, r4, r0\n",
+            "lsr \\p, \\p, #4\n",
+            "and \\p, \\p, #0x0F000F00\n",
+            "smlad r0, \\p, r5, r0\n",
+            ".endm\n",
+            // The 4 nibbles in the bottom halves of p (a 28-group's tail: bytes 12, 13 of an
+            // even group) against r2, r3; p is kept for the top halves (the next group's head).
+            ".macro gm4_low p\n",
+            "and r1, \\p, #0x000F000F\n",
+            "smlabb r0, r1, r2, r0\n",
+            "and r1, \\p, #0x00F000F0\n",
+            "smlabt r0, r1, r2, r0\n",
+            "and r1, \\p, #0x0F000F00\n",
+            "smlabb r0, r1, r3, r0\n",
+            "lsr r1, \\p, #4\n",
+            "and r1, r1, #0x0F000F00\n",
+            "smlabt r0, r1, r3, r0\n",
+            ".endm\n",
+            // The 4 nibbles in the top halves of p (an odd 28-group's head) against r2, r3.
+            ".macro gm4_high p\n",
+            "and r1, \\p, #0x000F000F\n",
+            "smlatb r0, r1, r2, r0\n",
+            "and r1, \\p, #0x00F000F0\n",
+            "smlatt r0, r1, r2, r0\n",
+            "and r1, \\p, #0x0F000F00\n",
+            "smlatb r0, r1, r3, r0\n",
+            "lsr r1, \\p, #4\n",
+            "and r1, r1, #0x0F000F00\n",
+            "smlatt r0, r1, r3, r0\n",
+            ".endm\n",
+            // A q4 group's end: the 256× sum exact to the true one, into s(g).
+            ".macro gm4_end g\n",
+            "asr r0, r0, #8\n",
+            "vmov s\\g, r0\n",
+            ".endm\n",
+            // A q4 quad of groups of 32: 4 weight words and 1 + 16 activation words a group.
+            ".macro gm4_quad32\n",
+            ".irp g, 0, 1, 2, 3\n",
+            "ldm r11!, {{r6-r9}}\n",
+            "ldm r10!, {{r0, r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r8\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r9\n",
+            "gm4_end \\g\n",
+            ".endr\n",
+            ".endm\n",
+            // A q4 quad of groups of 28: 14 weight words; words 3 and 10 hold the tail of
+            // group 0 (2) in their bottom halves and the head of group 1 (3) in their top ones.
+            ".macro gm4_quad28\n",
+            "ldm r11!, {{r6-r9}}\n",
+            "ldm r10!, {{r0, r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r8\n",
+            "ldrd r2, r3, [r10], #8\n",
+            "gm4_low r9\n",
+            "gm4_end 0\n",
+            "ldm r10!, {{r0, r2, r3}}\n",
+            "gm4_high r9\n",
+            "ldm r11!, {{r6-r9}}\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r8\n",
+            "gm4_end 1\n",
+            "ldm r10!, {{r0, r2-r5}}\n",
+            "gm4_full r9\n",
+            "ldm r11!, {{r6-r9}}\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "ldrd r2, r3, [r10], #8\n",
+            "gm4_low r8\n",
+            "gm4_end 2\n",
+            "ldm r10!, {{r0, r2, r3}}\n",
+            "gm4_high r8\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r9\n",
+            "ldrd r6, r7, [r11], #8\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "gm4_end 3\n",
+            ".endm\n",
+            // One tail step: q8 one group; q4 in groups of 32 one group, in groups of 28 an
+            // even-odd pair (q4 rows of 28-groups have an even number of them: rows of a
+            // multiple of 8 values); weights by LDRD (r6, r7; r8, r9 are the tail loop's).
+            ".macro gm_tail_iter\n",
+            ".if gm_q4 == 0\n",
             "gm_tail_w gm_wg\n",
+            "gm_tail_float\n",
+            "subs r8, r8, #1\n",
+            ".elseif gm_wg == 8\n",
+            "ldm r10!, {{r0, r2-r5}}\n",
+            "ldrd r6, r7, [r11], #8\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "ldrd r6, r7, [r11], #8\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "gm4_end 0\n",
+            "vcvt.f32.s32 s0, s0\n",
+            "gm_tail_float\n",
+            "subs r8, r8, #1\n",
+            ".else\n",
+            "ldm r10!, {{r0, r2-r5}}\n",
+            "ldrd r6, r7, [r11], #8\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "ldrd r6, r7, [r11], #8\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldrd r2, r3, [r10], #8\n",
+            "gm4_low r7\n",
+            "gm4_end 0\n",
+            "vcvt.f32.s32 s0, s0\n",
+            "gm_tail_float\n",
+            "ldm r10!, {{r0, r2, r3}}\n",
+            "gm4_high r7\n",
+            "ldr r6, [r11], #4\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldrd r6, r7, [r11], #8\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r6\n",
+            "ldm r10!, {{r2-r5}}\n",
+            "gm4_full r7\n",
+            "gm4_end 0\n",
+            "vcvt.f32.s32 s0, s0\n",
+            "gm_tail_float\n",
+            "subs r8, r8, #2\n",
+            ".endif\n",
             ".endm\n",
         )
     };
@@ -422,55 +616,65 @@ macro_rules! dsp_macros {
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
 macro_rules! dsp_purge {
     () => {
-        ".purgem gm_w8\n.purgem gm_blk\n.purgem gm_quad\n.purgem gm_tail_w\n.purgem gm_tail_group\n"
+        concat!(
+            ".purgem gm_w8\n.purgem gm_blk\n.purgem gm_quad\n.purgem gm_tail_w\n.purgem gm_tail_iter\n.purgem gm_tail_float\n",
+            ".purgem gm4_full\n.purgem gm4_low\n.purgem gm4_high\n.purgem gm4_end\n.purgem gm4_quad32\n.purgem gm4_quad28\n",
+        )
     };
 }
 
-/// The quad kernel for groups of 28 (see the module notes and [`Job`]).
-///
-/// # Safety
-/// The job must describe memory as [`linear_q8`] checks it: readable weights, scales,
-/// activations and bias, a writable output, 4 to 16 groups a row.
+/// One DSP quad kernel: `$name`, for groups of `$wg` words (GS/4), `$q4` 1 for packed 4-bit
+/// weights, 0 for int8 (see the module notes and [`Job`]).
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
-#[inline(never)]
-unsafe fn q8_quads_28(job: *const Job) {
-    // SAFETY: the caller's contract; the asm saves and restores every register it changes
-    // but those declared below, and leaves the stack as it found it.
-    unsafe {
-        core::arch::asm!(
-            dsp_macros!(),
-            ".set gm_wg, 7",
-            quads_fn!("7", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
-            dsp_purge!(),
-            inout("r0") job => _,
-            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _, out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-        );
-    }
+macro_rules! dsp_quads {
+    ($(#[$doc:meta])* $name:ident, $wg:literal, $q4:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The job must describe memory as [`linear`] checks it: readable weights, scales,
+        /// activations (the layout of `order`) and bias, a writable output, 4 to 16 groups a
+        /// row.
+        #[inline(never)]
+        unsafe fn $name(job: *const Job) {
+            // SAFETY: the caller's contract; the asm saves and restores every register it
+            // changes but those declared below, and leaves the stack as it found it.
+            unsafe {
+                core::arch::asm!(
+                    tail_float!(),
+                    dsp_macros!(),
+                    concat!(".set gm_wg, ", $wg, "\n.set gm_q4, ", $q4, "\n"),
+                    quads_fn!($wg, "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
+                    dsp_purge!(),
+                    inout("r0") job => _,
+                    out("r1") _, out("r2") _, out("r3") _, out("r12") _,
+                    out("s0") _, out("s1") _, out("s2") _, out("s3") _, out("s4") _, out("s5") _, out("s6") _, out("s7") _,
+                    out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _, out("s13") _, out("s14") _, out("s15") _,
+                );
+            }
+        }
+    };
 }
 
-/// The quad kernel for groups of 32 (as [`q8_quads_28`]).
-///
-/// # Safety
-/// As [`q8_quads_28`].
 #[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
-#[inline(never)]
-unsafe fn q8_quads_32(job: *const Job) {
-    // SAFETY: as in q8_quads_28.
-    unsafe {
-        core::arch::asm!(
-            dsp_macros!(),
-            ".set gm_wg, 8",
-            quads_fn!("8", "", "", "ldr r11, [r0, #24]\nldr r12, [r0, #28]\n", "r0, r1, r2, r3, r10, lr", "r0", "r1", "r2", "r3"),
-            dsp_purge!(),
-            inout("r0") job => _,
-            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
-            out("s0") _, out("s1") _, out("s2") _, out("s3") _, out("s4") _, out("s5") _, out("s6") _, out("s7") _,
-            out("s8") _, out("s9") _, out("s10") _, out("s11") _, out("s12") _, out("s13") _, out("s14") _, out("s15") _,
-        );
-    }
-}
+dsp_quads!(
+    /// The q8 quad kernel for groups of 28.
+    q8_quads_28, "7", "0"
+);
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+dsp_quads!(
+    /// The q8 quad kernel for groups of 32.
+    q8_quads_32, "8", "0"
+);
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+dsp_quads!(
+    /// The q4 quad kernel for groups of 28.
+    q4_quads_28, "7", "1"
+);
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+dsp_quads!(
+    /// The q4 quad kernel for groups of 32.
+    q4_quads_32, "8", "1"
+);
 
 // ---- arm-helium: VLDRB + VMLADAV.S8 ---------------------------------------------------------
 //
@@ -483,15 +687,39 @@ unsafe fn q8_quads_32(job: *const Job) {
 macro_rules! mve_macros {
     () => {
         concat!(
-            // One group of gm_gs int8 weights against as many activations, the sum in s.
-            ".macro gm_grp s\n",
+            // 16 weights into q0 as signed bytes: int8 (VLDRB), or q4 from 8 bytes (VLDRB.U16
+            // puts one byte b = hi·16 + lo in each 16-bit lane, VSLI and VBIC make it the two
+            // bytes lo, hi, VSUB takes the 8 off each, r11 = 8; a 28-group's tail of 12 from 6
+            // bytes, predicated by P0). (The int8 tail loads with its activations, below.)
+            ".macro gm_w16 tail\n",
+            ".if gm_q4\n",
+            ".if \\tail\n",
+            "vpst\n",
+            "vldrbt.u16 q0, [r1], #6\n",
+            ".else\n",
+            "vldrb.u16 q0, [r1], #8\n",
+            ".endif\n",
+            "vsli.16 q0, q0, #4\n",
+            "vbic.i16 q0, #0xf0\n",
+            "vsub.i8 q0, q0, r11\n",
+            ".else\n",
             "vldrb.s8 q0, [r1], #16\n",
+            ".endif\n",
+            ".endm\n",
+            // One group of gm_gs weights against as many int8 activations, the sum in s.
+            ".macro gm_grp s\n",
+            "gm_w16 0\n",
             "vldrb.s8 q1, [r5], #16\n",
             "vmladav.s8 \\s, q0, q1\n",
             ".if gm_gs == 32\n",
-            "vldrb.s8 q0, [r1], #16\n",
+            "gm_w16 0\n",
             "vldrb.s8 q1, [r5], #16\n",
             "vmladava.s8 \\s, q0, q1\n",
+            ".elseif gm_q4\n",
+            "gm_w16 1\n",
+            "vpstt\n",
+            "vldrbt.s8 q1, [r5], #12\n",
+            "vmladavat.s8 \\s, q0, q1\n",
             ".else\n",
             "vpsttt\n",
             "vldrbt.s8 q0, [r1], #12\n",
@@ -499,8 +727,9 @@ macro_rules! mve_macros {
             "vmladavat.s8 \\s, q0, q1\n",
             ".endif\n",
             ".endm\n",
-            // A quad: 4 groups, the four sums into q2 and converted at once, then the float steps
-            // into the lanes l0-l3 (scalar: Helium's float arithmetic flushes denormals).
+            // A quad: 4 groups, the four sums into q2 and converted at once, then the float
+            // steps into the lanes l0-l3 (scalar: Helium's float arithmetic flushes
+            // denormals).
             ".macro gm_quad wg, l0, l1, l2, l3\n",
             "gm_grp r0\n",
             "gm_grp r2\n",
@@ -521,11 +750,13 @@ macro_rules! mve_macros {
             "vmul.f32 \\l2, s10, s2\n",
             "vmul.f32 \\l3, s11, s3\n",
             ".endm\n",
-            // One tail group, the sum converted in s0.
-            ".macro gm_tail_group\n",
+            // One tail group, the sum converted in s0, then its float step.
+            ".macro gm_tail_iter\n",
             "gm_grp r0\n",
             "vmov s0, r0\n",
             "vcvt.f32.s32 s0, s0\n",
+            "gm_tail_float\n",
+            "subs r8, r8, #1\n",
             ".endm\n",
         )
     };
@@ -535,70 +766,69 @@ macro_rules! mve_macros {
 #[cfg(feature = "arm-helium")]
 macro_rules! mve_purge {
     () => {
-        ".purgem gm_grp\n.purgem gm_quad\n.purgem gm_tail_group\n"
+        ".purgem gm_w16\n.purgem gm_grp\n.purgem gm_quad\n.purgem gm_tail_iter\n.purgem gm_tail_float\n"
     };
 }
 
-/// The quad kernel for groups of 28 (see the module notes and [`Job`]).
-///
-/// # Safety
-/// The job must describe memory as [`linear_q8`] checks it: readable weights, scales,
-/// activations and bias, a writable output, 4 to 16 groups a row.
+/// One Helium quad kernel: `$name`, for groups of `$gs` weights (`$wg` = GS/4 words), `$q4`
+/// 1 for packed 4-bit weights, 0 for int8 (see the module notes and [`Job`]); `$vctp` sets P0
+/// for a 28-group's tail.
 #[cfg(feature = "arm-helium")]
-#[inline(never)]
-unsafe fn q8_quads_28(job: *const Job) {
-    // SAFETY: the caller's contract; the asm saves and restores every register it changes
-    // but those declared below, and leaves the stack as it found it.
-    unsafe {
-        core::arch::asm!(
-            mve_macros!(),
-            ".set gm_gs, 28",
-            quads_fn!(
-                "7",
-                "vmrs r3, p0\nstr r3, [sp, #112]\nmovs r3, #12\nvctp.8 r3\n",
-                "ldr r3, [sp, #112]\nvmsr p0, r3\n",
-                "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
-                "r0, r2, r3, r4, r5, lr",
-                "r0",
-                "r2",
-                "r3",
-                "r4"
-            ),
-            mve_purge!(),
-            inout("r0") job => _,
-            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
-            out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _, out("d6") _, out("d7") _,
-        );
-    }
+macro_rules! mve_quads {
+    ($(#[$doc:meta])* $name:ident, $gs:literal, $wg:literal, $q4:literal, $vctp:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The job must describe memory as [`linear`] checks it: readable weights, scales,
+        /// activations and bias, a writable output, 4 to 16 groups a row.
+        #[inline(never)]
+        unsafe fn $name(job: *const Job) {
+            // SAFETY: the caller's contract; the asm saves and restores every register it
+            // changes but those declared below (VPR included), and leaves the stack as it
+            // found it.
+            unsafe {
+                core::arch::asm!(
+                    tail_float!(),
+                    mve_macros!(),
+                    concat!(".set gm_gs, ", $gs, "\n.set gm_q4, ", $q4, "\n"),
+                    quads_fn!(
+                        $wg,
+                        concat!("vmrs r3, p0\nstr r3, [sp, #112]\nmov r11, #8\n", $vctp),
+                        "ldr r3, [sp, #112]\nvmsr p0, r3\n",
+                        "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
+                        "r0, r2, r3, r4, r5, lr",
+                        "r0",
+                        "r2",
+                        "r3",
+                        "r4"
+                    ),
+                    mve_purge!(),
+                    inout("r0") job => _,
+                    out("r1") _, out("r2") _, out("r3") _, out("r12") _,
+                    out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _, out("d6") _, out("d7") _,
+                );
+            }
+        }
+    };
 }
 
-/// The quad kernel for groups of 32 (as [`q8_quads_28`]).
-///
-/// # Safety
-/// As [`q8_quads_28`].
 #[cfg(feature = "arm-helium")]
-#[inline(never)]
-unsafe fn q8_quads_32(job: *const Job) {
-    // SAFETY: as in q8_quads_28.
-    unsafe {
-        core::arch::asm!(
-            mve_macros!(),
-            ".set gm_gs, 32",
-            quads_fn!(
-                "8",
-                "vmrs r3, p0\nstr r3, [sp, #112]\n",
-                "ldr r3, [sp, #112]\nvmsr p0, r3\n",
-                "ldr r1, [r0, #24]\nldr r12, [r0, #28]\n",
-                "r0, r2, r3, r4, r5, lr",
-                "r0",
-                "r2",
-                "r3",
-                "r4"
-            ),
-            mve_purge!(),
-            inout("r0") job => _,
-            out("r1") _, out("r2") _, out("r3") _, out("r12") _,
-            out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _, out("d6") _, out("d7") _,
-        );
-    }
-}
+mve_quads!(
+    /// The q8 quad kernel for groups of 28.
+    q8_quads_28, "28", "7", "0", "movs r3, #12\nvctp.8 r3\n"
+);
+#[cfg(feature = "arm-helium")]
+mve_quads!(
+    /// The q8 quad kernel for groups of 32.
+    q8_quads_32, "32", "8", "0", ""
+);
+#[cfg(feature = "arm-helium")]
+mve_quads!(
+    /// The q4 quad kernel for groups of 28.
+    q4_quads_28, "28", "7", "1", "movs r3, #12\nvctp.8 r3\n"
+);
+#[cfg(feature = "arm-helium")]
+mve_quads!(
+    /// The q4 quad kernel for groups of 32.
+    q4_quads_32, "32", "8", "1", ""
+);
