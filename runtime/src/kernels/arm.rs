@@ -1,9 +1,10 @@
 //! Cortex-M builds of the quantized mat-vec, in assembly:
-//! - q8 [`super::linear`] on rows of 4 to 16 groups of 28 or 32 (every matrix of the default
-//!   model): the quad kernels of [`quads`], one function per group size that runs all the rows
-//!   of a token, four groups unrolled at a time (the cheapest path, 1.51 / 0.51 instructions
-//!   per multiply-accumulate on the M4 / M55 for `mlp.c_fc`, quantizing included);
-//! - whole rows for the other q8 shapes and for q4 ([`linear_quant`]): a row's exact integer
+//! - q8 and q4 [`super::linear`] on rows of 4 to 16 groups of 28 or 32 (every matrix of the
+//!   default model): the quad kernels of [`quads`], one function per dtype and group size that
+//!   runs all the rows of a token, four groups unrolled at a time (the cheapest path; q8
+//!   1.51 / 0.51 instructions per multiply-accumulate on the M4 / M55 for `mlp.c_fc`,
+//!   quantizing included);
+//! - whole rows for the other q8 and q4 shapes ([`linear_quant`]): a row's exact integer
 //!   group sums and their float combination ([`super::combine_groups`]: group g into lane g
 //!   mod 16, then the reduction tree) in one asm block, the 16 lanes in the FPU registers
 //!   s16-s31;
@@ -468,7 +469,7 @@ mod quads;
 #[repr(C, align(64))]
 struct GroupSums([i32; 16]);
 
-/// q8 and q4 [`super::linear`]: q8 rows of 4 to 16 groups through the quad kernels
+/// q8 and q4 [`super::linear`]: rows of 4 to 16 groups through the quad kernels
 /// ([`quads`]), the rest through the row kernels below, for groups of 28 and 32 (what the
 /// converter picks for rows of 112·k and 32·k). Other groups, shapes the kernels do not
 /// take (q4 on the DSP build: rows of a multiple of 8 values, so that every row starts on a

@@ -1,7 +1,7 @@
-//! q8 `linear` on Cortex-M, four groups at a time: one assembly function per group size
-//! (28, 32) and build (`arm-dsp`, `arm-helium`) that runs every row of one token, for rows of 4
-//! to 16 groups (the default model's 112- and 448-wide rows; wider and narrower rows take the
-//! row kernels of `arm.rs`).
+//! q8 and q4 `linear` on Cortex-M, four groups at a time: one assembly function per dtype,
+//! group size (28, 32) and build (`arm-dsp`, `arm-helium`) that runs every row of one token,
+//! for rows of 4 to 16 groups (every matrix of the default model: rows of 112 and 448; wider
+//! and narrower rows take the row kernels of `arm.rs`).
 //!
 //! Per row, the groups go through a chain of four *quads*, Q0 to Q3, each the integer dots of
 //! four groups and their float steps written out in full, Q_j putting its four terms into the
@@ -11,10 +11,16 @@
 //!   8 `SMLAD`: 19 instructions per 16 multiply-accumulates (1.19), the group boundaries of 28
 //!   falling inside the loads (a quad of 112 weights is 7 whole blocks); each group's sum moves
 //!   to s0-s3 (`VMOV`).
-//! - integer dots (`arm-helium`): per group `VLDRB` ×2 + `VMLADAV` per 16 weights, the 12 of
-//!   a 28-group's tail predicated; the four sums move into one vector register (two `VMOV`
-//!   of two lanes each) and one vector `VCVT` converts them (integer to float never meets a
-//!   denormal, so Helium's flush-to-zero cannot change it).
+//! - q4 integer dots (`arm-dsp`): per weight word the 8 nibbles masked in place (3 `AND`,
+//!   `LSR` + `AND`) and 4 `SMLAD` against activations laid out to match
+//!   ([`super::super::QuantOrder::Nibbles16`]: unsigned nibbles, each group's sum starting at
+//!   -2048·Σx and ending with `ASR #8`); a 28-group takes 14 bytes, so in each quad two words
+//!   hold the tail of one group and the head of the next, taken by `SMLABx` and `SMLATx`.
+//! - integer dots (`arm-helium`): per group `VLDRB` ×2 + `VMLADAV` per 16 weights (q4: the 8
+//!   bytes unpacked by `VLDRB.U16`, `VSLI`, `VBIC`, `VSUB`), the 12 of a 28-group's tail
+//!   predicated; the four sums move into one vector register (two `VMOV` of two lanes each)
+//!   and one vector `VCVT` converts them (integer to float never meets a denormal, so
+//!   Helium's flush-to-zero cannot change it).
 //! - float steps, for the quad at once: `VLDM` of the four weight and four activation scales,
 //!   4 `VMUL` (ws·xs), 4 `VCVT` (the DSP build; Helium's one), 4 `VMUL` into the lanes.
 //! - where the quad goes next is a word in the stack frame (`LDR PC`), set once per call:
@@ -29,9 +35,8 @@
 //! -0.0 where the portable one is +0.0. One add of +0.0 to the result (s12 holds it) makes it
 //! the portable value bit for bit, NaN included.
 //!
-//!
-//! Cost, in executed instructions (QEMU `-icount`), of a row of 4 groups of 28 (112 weights,
-//! the default model's `c_attn`, `attn.c_proj`, `mlp.c_fc` and head rows):
+//! Cost, in executed instructions (QEMU `-icount`), of a q8 row of 4 groups of 28 (112
+//! weights, the default model's `c_attn`, `attn.c_proj`, `mlp.c_fc` and head rows):
 //!
 //! | | `arm-dsp` (M4) | `arm-helium` (M55) |
 //! |---|---:|---:|
@@ -50,9 +55,14 @@
 //! registers then leave each row's weights an `LDRD` of 8. What is left is per group (the
 //! float steps: 4.5 instructions, 0.16 per multiply-accumulate at 28) and per row (0.13).
 //!
+//! q4 on the DSP build: 172 for the integer dots of a quad of 28-groups (1.54 per
+//! multiply-accumulate: 9 per 8 weights, plus the loads, the two split words and the group
+//! starts), 1.87 for the whole `mlp.c_fc` call; with Helium 14 per group (0.76 for the call).
+//!
 //! `cargo test` cannot run the assembly; the firmware's boot check (`linear_check` in
 //! `boards/firmware-common/src/kernels.rs`) runs every row length of 4 to 16 groups of 28 and
-//! 32, then random shapes, against the naive reference, tails and every quad count included.
+//! 32, q8 and q4, then random shapes, against the naive reference, tails and every quad count
+//! included.
 
 use super::{quantize_rows, QuantOrder, QuantRows};
 
