@@ -115,8 +115,9 @@ pub const fn quant_scratch_len(cols: usize, group: usize) -> usize {
 /// group size (into `scratch`, [`quant_scratch_len`] per token); the dot products then run in
 /// i32 with one float multiply per group.
 pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
-    // Cortex-M: whole q8 rows in assembly (kernels/arm.rs); shapes it does not take fall
-    // through to the portable loop below, whose group dots are the Arm ones too.
+    // Cortex-M: q8/q4 rows in assembly (kernels/arm.rs, kernels/arm/quads.rs); shapes they
+    // do not take fall through to the portable loop below, whose group dots are the Arm ones
+    // too.
     #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
     if arm::linear_quant(out, x, w, bias, accumulate, scratch) {
         return;
@@ -573,6 +574,17 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
     let sums: &mut [i32] = if with_sums { bytemuck::cast_slice_mut(rest.get_mut(..n_groups).unwrap_or(&mut [])) } else { &mut [] };
     let q: &mut [i8] = bytemuck::cast_slice_mut(qs);
     let x = x.get(..tokens * cols).unwrap_or(x);
+    // Cortex-M DSP: the int16 pairs written directly, group by group (no int8 pass to widen)
+    #[cfg(all(target_arch = "arm", feature = "arm-dsp", not(feature = "arm-helium")))]
+    if order == QuantOrder::Pairs16 && group.is_multiple_of(4) {
+        let words: &mut [u32] = bytemuck::try_cast_slice_mut(q).unwrap_or(&mut []);
+        let n = (tokens * cols / 2).min(words.len());
+        let (pairs, _) = words.split_at_mut(n);
+        for ((xg, wg), s) in x.chunks_exact(group).zip(pairs.chunks_exact_mut(group / 2)).zip(scales.iter_mut()) {
+            *s = arm::quantize_group_pairs16(xg, wg);
+        }
+        return QuantRows { q: &[], scales, sums: &[], pairs };
+    }
     for (g, ((xg, qg), s)) in x.chunks_exact(group).zip(q.chunks_exact_mut(group)).zip(scales.iter_mut()).enumerate() {
         *s = quantize_group_q8(xg, qg);
         if let Some(sum) = sums.get_mut(g) {
@@ -671,9 +683,24 @@ fn widen_nibbles16(words: &mut [u32], group: usize, n_groups: usize, gpr: usize)
 }
 
 /// Symmetric int8 quantization of one group: `q = round(x / s)` with `s = max|x| / 127`.
-/// Returns `s` (0 for an all-zero group).
+/// Returns `s` (0 for an all-zero group). Equal to [`quantize_group_q8_ref`] bit for bit; on
+/// Cortex-M (features `arm-dsp`, `arm-helium`) computed in integer steps
+/// ([`quantize_group_q8_int`]), which the portable form's float compares make slow there.
 #[inline(always)]
 pub fn quantize_group_q8(x: &[f32], q: &mut [i8]) -> f32 {
+    #[cfg(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))]
+    {
+        quantize_group_q8_int(x, q)
+    }
+    #[cfg(not(all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium"))))]
+    {
+        quantize_group_q8_ref(x, q)
+    }
+}
+
+/// [`quantize_group_q8`] in its portable form: the reference for the Cortex-M one.
+#[inline(always)]
+pub fn quantize_group_q8_ref(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = abs_max(x);
     let s = amax / 127.0;
     let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
@@ -706,6 +733,109 @@ fn abs_max(x: &[f32]) -> f32 {
         half /= 2;
     }
     rest.iter().fold(m[0], |a, v| a.max(v.abs()))
+}
+
+/// `round_clamped(y, 127.0)` in integer steps after one conversion, for FPUs where float
+/// compares are dear (Cortex-M: each is a `VCMP` and a `VMRS`): k = trunc(2y) (`y + y` is
+/// exact; `as` saturates and gives 0 for NaN, one `VCVT` on Arm), clamped to ±254; then round
+/// half away from zero is (k + 1) >> 1 for k ≥ 0 and k >> 1 for k < 0 (floors, arithmetic
+/// shifts): floor(y + 1/2) = floor((2y + 1)/2) depends on 2y only through floor(2y), and the
+/// negative side mirrors it; |y| ≥ 127 gives |k| ≥ 254 and ±127, as the clamp. Equal to
+/// `round_clamped(y, 127.0)` for every input (test `round_q8_equals_round_clamped`).
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[inline(always)]
+fn round_q8(y: f32) -> i32 {
+    let k = ((y + y) as i32).clamp(-254, 254);
+    (k + 1 + (k >> 31)) >> 1
+}
+
+/// [`round_q8`] of y from 2y with |2y| < 255 (or NaN): no clamp.
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[inline(always)]
+fn round_q8_doubled(y2: f32) -> i32 {
+    let k = y2 as i32;
+    (k + 1 + (k >> 31)) >> 1
+}
+
+/// The bits of max |x| (NaNs included, as bits above those of infinity): for non-negative
+/// floats the order of the bit patterns is the order of the values, so when the result is at
+/// most `f32::INFINITY`'s bits it is `abs_max(x)`'s; above them x holds a NaN, which
+/// `abs_max` skips. In integers, which every target compares cheaply and exactly (vector
+/// float max may flush denormals); the bits shifted left by one drop the sign (on Arm the
+/// shift is part of the compare).
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[inline(always)]
+fn abs_max_bits(x: &[f32]) -> u32 {
+    x.iter().fold(0, |m, v| m.max(v.to_bits() << 1)) >> 1
+}
+
+/// The scale of a q8 group as [`quantize_group_q8_ref`] computes it (max |x| / 127), twice
+/// its inverse, and whether the group is *tiny* (max |x| < 2^-100), for the Cortex-M
+/// quantizer ([`quantize_group_q8_int`]). max |x| from [`abs_max_bits`]; a NaN in the group
+/// takes a float compare-and-select fold instead (`if a > m { m = a }` is `m.max(a)` for m
+/// never NaN; a NaN compares false).
+///
+/// In a group that is not tiny the inverse is at most 127·2^100, so doubling it is exact, and
+/// v·(2·inv) is 2·(v·inv) exactly (scaling by 2 commutes with rounding, and where v·inv is
+/// denormal both are below 1 in magnitude and truncate to 0); and |v·inv| ≤ max |x|·inv is at
+/// most 127·(1 + 2^-24)²/(1 - 2^-24) < 127.5 (three correctly rounded steps), so |2y| < 255
+/// and [`round_q8_doubled`] needs no clamp. Infinite values make the scale infinite and the
+/// inverse 0 (products NaN or 0, quantized to 0), as in the portable form.
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[inline(always)]
+fn q8_scale(x: &[f32]) -> (f32, f32, bool) {
+    let bits = abs_max_bits(x);
+    let amax = if bits <= f32::INFINITY.to_bits() {
+        f32::from_bits(bits)
+    } else {
+        let mut m = 0.0f32;
+        for &v in x {
+            let a = core::hint::black_box(v).abs();
+            if a > m {
+                m = a;
+            }
+        }
+        m
+    };
+    let s = amax / 127.0;
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    let tiny = bits < 0x0D80_0000; // 2^-100
+    (s, if tiny { inv } else { inv + inv }, tiny)
+}
+
+/// A tiny group's values ([`q8_scale`]: its third value true, its second the plain inverse):
+/// [`round_q8`] of v·inv, each product a scalar float multiply (`black_box` keeps the
+/// compiler from vectorising: Helium's vector multiply flushes denormals, and a denormal
+/// times an inverse above 2^125 is a normal number). `put(i, q)` takes value i.
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[cold]
+#[inline(never)]
+fn quantize_tiny(x: &[f32], inv: f32, mut put: impl FnMut(usize, i32)) {
+    for (i, &v) in x.iter().enumerate() {
+        put(i, round_q8(core::hint::black_box(v) * inv));
+    }
+}
+
+/// [`quantize_group_q8_ref`] in integer steps ([`q8_scale`], [`round_q8_doubled`]), for
+/// Cortex-M, where float compares are dear and `f32::max` is a call on the M4: the same
+/// scale and values, bit for bit (test `quantize_group_q8_int_equals_ref`; the firmware
+/// checks it too, at boot).
+#[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
+#[inline(always)]
+fn quantize_group_q8_int(x: &[f32], q: &mut [i8]) -> f32 {
+    let (s, inv2, tiny) = q8_scale(x);
+    if tiny {
+        quantize_tiny(x, inv2, |i, v| {
+            if let Some(q) = q.get_mut(i) {
+                *q = v as i8;
+            }
+        });
+    } else {
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = round_q8_doubled(v * inv2) as i8;
+        }
+    }
+    s
 }
 
 /// `libm::roundf(y).clamp(-lim, lim)` as an integer (NaN gives 0), for `lim` ≤ 2²⁴, in
@@ -1296,6 +1426,97 @@ mod tests {
             }
         }
     }
+    #[test]
+    fn round_q8_equals_round_clamped() {
+        let mut ys = std::vec![0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45, -1e-45];
+        for k in -600..=600 {
+            let h = k as f32 * 0.5;
+            ys.extend([h, f32::from_bits(h.to_bits() + 1), f32::from_bits(h.to_bits().saturating_sub(1))]);
+        }
+        let mut b = 0u32;
+        while b < 0x7FC0_0000 {
+            let y = f32::from_bits(b);
+            ys.extend([y, -y]);
+            b += 9973;
+        }
+        for &y in &ys {
+            assert_eq!(round_q8(y), round_clamped(y, 127.0), "y = {y:e} ({:#x})", y.to_bits());
+        }
+    }
+
+    #[test]
+    fn quantize_group_q8_int_equals_ref() {
+        let mut s = 11u32;
+        let mut r = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        for n in [1usize, 3, 4, 7, 28, 32, 33, 64] {
+            for pattern in 0..12 {
+                for _ in 0..40 {
+                    let mut x: Vec<f32> = (0..n)
+                        .map(|i| {
+                            let u = (r() >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0;
+                            match pattern {
+                                0 => u * 3.0,
+                                1 => u * 3e38,
+                                2 => u * 1e-39,                              // denormals
+                                3 => u * f32::from_bits(0x0D80_0000) * 1.5, // around the tiny threshold
+                                4 => u * f32::from_bits(0x0D80_0000) * 0.7,
+                                5 => ((r() % 509) as i32 - 254) as f32 * 0.5 * 0.125, // exact ties
+                                6 => [0.0, -0.0, 1.0, -2.5][i % 4],
+                                7 => f32::from_bits(r()), // anything: NaNs, infinities
+                                8 => u * 1e-30,
+                                9 => u * f32::from_bits(0x0080_0000) * 8.0, // just above the normals
+                                10 => u * 0.1 + if i == n / 2 { f32::INFINITY } else { 0.0 },
+                                _ => u * 0.1 + if i == n / 3 { f32::NAN } else { 0.0 },
+                            }
+                        })
+                        .collect();
+                    if pattern == 5 {
+                        x[0] = 254.0 * 0.5 * 0.125; // the maximum, 127·2^-3: ties quantize exactly
+                    }
+                    let (mut a, mut b) = (std::vec![0i8; n], std::vec![0i8; n]);
+                    let (sa, sb) = (quantize_group_q8_int(&x, &mut a), quantize_group_q8_ref(&x, &mut b));
+                    assert_eq!((sa.to_bits(), &a), (sb.to_bits(), &b), "pattern {pattern}: {x:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn abs_max_bits_equals_abs_max() {
+        let mut s = 7u32;
+        let mut r = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        for n in [0usize, 1, 3, 16, 28, 33, 64] {
+            for pattern in 0..6 {
+                let x: Vec<f32> = (0..n)
+                    .map(|i| match pattern {
+                        0 => (r() as i32) as f32 * 1e-9,
+                        1 => f32::from_bits(r() & 0x807F_FFFF), // denormals of both signs
+                        2 => [0.0, -0.0, f32::INFINITY, -1.0][i % 4],
+                        3 => f32::from_bits(r()), // anything, NaNs included
+                        4 => -f32::MAX,
+                        _ => -0.0,
+                    })
+                    .collect();
+                let bits = abs_max_bits(&x);
+                if bits <= f32::INFINITY.to_bits() {
+                    assert_eq!(bits, abs_max(&x).to_bits(), "{x:?}");
+                } else {
+                    assert!(x.iter().any(|v| v.is_nan()), "{x:?}");
+                }
+            }
+        }
+    }
+
     extern crate std;
     use std::vec::Vec;
 
