@@ -1032,11 +1032,7 @@ pub fn attention(out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores
 #[inline(always)]
 fn attention_impl<A: Attend>(a: &A, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
     let scores = scores.get_mut(..kv.len()).unwrap_or(&mut []);
-    match kv {
-        KvHead::F32 { keys, .. } => a.scores_f32(q, keys, scale, scores),
-        KvHead::F16 { keys, .. } => a.scores_f16(q, keys, scale, scores),
-        KvHead::I8 { keys, key_scales, .. } => a.scores_i8(q, keys, key_scales, scale, scores),
-    }
+    scores_impl(a, q, kv, scale, scores);
     a.softmax(scores);
     match kv {
         KvHead::F32 { values, .. } => a.mix_f32(out, scores, values),
@@ -1046,6 +1042,27 @@ fn attention_impl<A: Attend>(a: &A, out: &mut [f32], q: &[f32], kv: &KvHead<'_>,
             scores.iter_mut().zip(value_scales.firsts()).for_each(|(p, vs)| *p *= vs);
             a.mix_i8(out, scores, values);
         }
+    }
+}
+
+/// Step 1 of [`attention`]: the scaled scores of the `kv.len()` positions (`scores` exactly
+/// that long).
+#[inline(always)]
+fn scores_impl<A: Attend>(a: &A, q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    match kv {
+        KvHead::F32 { keys, .. } => a.scores_f32(q, keys, scale, scores),
+        KvHead::F16 { keys, .. } => a.scores_f16(q, keys, scale, scores),
+        KvHead::I8 { keys, key_scales, .. } => a.scores_i8(q, keys, key_scales, scale, scores),
+    }
+}
+
+/// Step 1 of [`attention`] alone: `scores[s] = dot(q, k_s) · scale` for the `kv.len()`
+/// positions into `scores[..kv.len()]` (nothing when `scores` is shorter): the bits
+/// [`attention`] computes before its softmax (in the portable build, whose bits every build
+/// gives). For observers ([`crate::observe`]); the forward pass itself never calls it.
+pub fn attention_scores(q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    if let Some(scores) = scores.get_mut(..kv.len()) {
+        scores_impl(&Portable, q, kv, scale, scores);
     }
 }
 
