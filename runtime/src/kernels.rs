@@ -1032,7 +1032,11 @@ pub fn attention(out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores
 #[inline(always)]
 fn attention_impl<A: Attend>(a: &A, out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
     let scores = scores.get_mut(..kv.len()).unwrap_or(&mut []);
-    scores_impl(a, q, kv, scale, scores);
+    match kv {
+        KvHead::F32 { keys, .. } => a.scores_f32(q, keys, scale, scores),
+        KvHead::F16 { keys, .. } => a.scores_f16(q, keys, scale, scores),
+        KvHead::I8 { keys, key_scales, .. } => a.scores_i8(q, keys, key_scales, scale, scores),
+    }
     a.softmax(scores);
     match kv {
         KvHead::F32 { values, .. } => a.mix_f32(out, scores, values),
@@ -1045,24 +1049,18 @@ fn attention_impl<A: Attend>(a: &A, out: &mut [f32], q: &[f32], kv: &KvHead<'_>,
     }
 }
 
-/// Step 1 of [`attention`]: the scaled scores of the `kv.len()` positions (`scores` exactly
-/// that long).
-#[inline(always)]
-fn scores_impl<A: Attend>(a: &A, q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+/// Step 1 of [`attention`] alone: `scores[s] = dot(q, k_s) · scale` for the `kv.len()`
+/// positions into `scores[..kv.len()]` (nothing when `scores` is shorter): the bits
+/// [`attention`] computes before its softmax (in the portable build, whose bits every build
+/// gives). For observers ([`crate::observe`]); the forward pass itself never calls it. (Step 1
+/// of `attention_impl`, repeated rather than shared: the firmware's code must not move.)
+pub fn attention_scores(q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    let Some(scores) = scores.get_mut(..kv.len()) else { return };
+    let a = &Portable;
     match kv {
         KvHead::F32 { keys, .. } => a.scores_f32(q, keys, scale, scores),
         KvHead::F16 { keys, .. } => a.scores_f16(q, keys, scale, scores),
         KvHead::I8 { keys, key_scales, .. } => a.scores_i8(q, keys, key_scales, scale, scores),
-    }
-}
-
-/// Step 1 of [`attention`] alone: `scores[s] = dot(q, k_s) · scale` for the `kv.len()`
-/// positions into `scores[..kv.len()]` (nothing when `scores` is shorter): the bits
-/// [`attention`] computes before its softmax (in the portable build, whose bits every build
-/// gives). For observers ([`crate::observe`]); the forward pass itself never calls it.
-pub fn attention_scores(q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
-    if let Some(scores) = scores.get_mut(..kv.len()) {
-        scores_impl(&Portable, q, kv, scale, scores);
     }
 }
 

@@ -43,7 +43,7 @@
 use crate::blob::crc32_update;
 use crate::kernels::{self, Parallel};
 use crate::model::Matrix;
-use crate::kv_cache::KvHead;
+use crate::kv_cache::KvCache;
 
 pub use crate::sampler::Draw;
 
@@ -310,24 +310,25 @@ pub(crate) fn pos_embed<O: Observer>(obs: &mut O, scratch: &mut [f32], wpe: &Mat
 }
 
 /// Reports the scaled scores and the softmax of query `q` (at `pos`, head `head` of `layer`)
-/// over `kv`, computed as [`kernels::attention`] computes them, in `scores` (scratch of at least
-/// `kv.len()`, overwritten; the real call follows and overwrites it again).
-#[allow(clippy::too_many_arguments)]
+/// over the `slots` filled slots of `cache` (which holds `ring` slots per layer), computed as
+/// [`kernels::attention`] computes them over `cache.head(layer, head, slots)`, in `scores`
+/// (scratch of at least `slots`, overwritten; the real call follows and overwrites it again).
+/// Takes the cache rather than a view of it so that the unobserved pass makes no view here.
 #[inline(always)]
 pub(crate) fn attention<O: Observer>(
     obs: &mut O,
     (layer, pos, head): (usize, usize, usize),
     q: &[f32],
-    kv: &KvHead<'_>,
+    (cache, slots, ring): (&KvCache<'_>, usize, usize),
     scale: f32,
     scores: &mut [f32],
-    ring: usize,
 ) {
     if !O::ENABLED {
         return;
     }
+    let kv = cache.head(layer, head, slots);
     let Some(s) = scores.get_mut(..kv.len()) else { return };
-    kernels::attention_scores(q, kv, scale, s);
+    kernels::attention_scores(q, &kv, scale, s);
     obs.attention(&AttnRow { stage: Stage::AttnScores, layer, pos, head, ring, values: s });
     kernels::softmax(s);
     obs.attention(&AttnRow { stage: Stage::AttnPattern, layer, pos, head, ring, values: s });

@@ -77,7 +77,7 @@
 use core::cmp::Ordering;
 
 use crate::error::{Error, SamplerParam};
-use crate::observe::{NoObserver, Observer};
+use crate::observe::Observer;
 
 /// A cumulative mass `c` reaches `top_p` when `c >= top_p * TOP_P_SLACK * total` (see the
 /// module docs: absorbs f32 rounding at masses equal to `top_p` in exact arithmetic).
@@ -286,12 +286,26 @@ impl<const K: usize> Sampler<K> {
     /// if no logit is above `-inf`, or `logits` is empty, the result is
     /// `BadSamplerParam { what: Logits }`.
     pub fn sample(&mut self, logits: &mut [f32], recent: &[u32]) -> Result<u32, Error> {
-        self.sample_observed(logits, recent, &mut NoObserver)
+        if logits.is_empty() || u32::try_from(logits.len()).is_err() {
+            return Err(BAD_LOGITS);
+        }
+        apply_repetition_penalty(logits, recent, self.cfg.repetition_penalty)?;
+        if self.cfg.is_greedy() {
+            return argmax(logits).ok_or(BAD_LOGITS);
+        }
+        let kept = self.select(logits)?;
+        let u = self.rng.next_f32();
+        self.draw(logits, kept, u).ok_or(BAD_LOGITS)
     }
 
     /// [`Sampler::sample`], reporting the draw (the kept tokens and their weights, the random
-    /// number, the token) to `obs` before returning it (nothing on error).
+    /// number, the token) to `obs` before returning it (nothing on error). The same steps as
+    /// `sample` (which stays its own function, so that a board's code does not move); with
+    /// [`NoObserver`] it is `sample`.
     pub fn sample_observed<O: Observer>(&mut self, logits: &mut [f32], recent: &[u32], obs: &mut O) -> Result<u32, Error> {
+        if !O::ENABLED {
+            return self.sample(logits, recent);
+        }
         if logits.is_empty() || u32::try_from(logits.len()).is_err() {
             return Err(BAD_LOGITS);
         }
@@ -304,9 +318,7 @@ impl<const K: usize> Sampler<K> {
         let kept = self.select(logits)?;
         let u = self.rng.next_f32();
         let token = self.draw(logits, kept, u).ok_or(BAD_LOGITS)?;
-        if O::ENABLED {
-            obs.draw(&Draw { token, u: Some(u), weights: logits, kept: Some(kept), cand: self.cand.as_flattened() });
-        }
+        obs.draw(&Draw { token, u: Some(u), weights: logits, kept: Some(kept), cand: self.cand.as_flattened() });
         Ok(token)
     }
 

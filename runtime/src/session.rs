@@ -213,23 +213,31 @@ impl<'a> Session<'a> {
     /// Processes `tokens` (appending them to the KV cache) and returns the logits of the last
     /// one. On error nothing is changed.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<&mut [f32], Error> {
-        self.prefill_observed(tokens, &mut NoObserver)
+        self.check(tokens)?;
+        let n = tokens.len();
+        self.run(tokens, |i| i + 1 == n, |_, _| {}, &mut NoObserver);
+        self.logits().ok_or(Error::EmptyInput)
     }
 
     /// [`Session::prefill`] with an observer: the same pass, reporting every stage of every
     /// token to `obs` (see [`crate::observe`]), with the head (`ln_final`, `logits`) run for
-    /// every token rather than the last only (unless `obs` is [`NoObserver`]: that is
-    /// `prefill`). Returns the logits of the last token; on error nothing is changed or
-    /// reported.
+    /// every token rather than the last only. With [`NoObserver`] it is `prefill` (the same
+    /// function, so a board's code holds one copy of the pass). Returns the logits of the last
+    /// token; on error nothing is changed or reported.
     pub fn prefill_observed<O: Observer>(&mut self, tokens: &[u32], obs: &mut O) -> Result<&mut [f32], Error> {
+        if !O::ENABLED {
+            return self.prefill(tokens);
+        }
         self.check(tokens)?;
-        let n = tokens.len();
-        self.run(tokens, |i| O::ENABLED || i + 1 == n, |_, _| {}, obs);
+        self.run(tokens, |_| true, |_, _| {}, obs);
         self.logits().ok_or(Error::EmptyInput)
     }
 
     /// [`Session::decode`] with an observer (see [`Session::prefill_observed`]).
     pub fn decode_observed<O: Observer>(&mut self, token: u32, obs: &mut O) -> Result<&mut [f32], Error> {
+        if !O::ENABLED {
+            return self.decode(token);
+        }
         self.prefill_observed(&[token], obs)
     }
 
@@ -316,9 +324,8 @@ impl<'a> Session<'a> {
             // (token t at position p0 + t sees positions 0..=p0 + t)
             for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
                 for (h, (q, out_h)) in row.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(n_head).enumerate() {
-                    let kv = self.cache.head(l, h, p0 + t + 1);
-                    observe::attention(obs, (l, p0 + t, h), q, &kv, scale, scores, self.cache.capacity());
-                    kernels::attention(out_h, q, &kv, scale, scores);
+                    observe::attention(obs, (l, p0 + t, h), q, (&self.cache, p0 + t + 1, self.cache.capacity()), scale, scores);
+                    kernels::attention(out_h, q, &self.cache.head(l, h, p0 + t + 1), scale, scores);
                 }
             }
             observe::rows(obs, Stage::Z, l, p0, xn, c);
