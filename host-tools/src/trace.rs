@@ -362,6 +362,33 @@ pub fn residual_norms(rec: &Recorder) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// One layer of the KV cache after one step.
+#[derive(Debug, Clone, Copy)]
+pub struct KvLayer {
+    /// Slots filled.
+    pub filled: usize,
+    /// Bytes they hold.
+    pub bytes: usize,
+    /// Positions the step's last token read back from the cache (a decode step: all it
+    /// attends to but itself) instead of recomputing their keys and values.
+    pub read: usize,
+    /// Slots the step wrote over (a ring shorter than the positions).
+    pub overwritten: usize,
+}
+
+/// One step of the run: what it stored, and every layer after it.
+#[derive(Debug, Clone)]
+pub struct KvStepReport {
+    /// `prefill` or `decode`.
+    pub kind: &'static str,
+    /// Positions stored: `first..end`.
+    pub first: usize,
+    /// One past the last.
+    pub end: usize,
+    /// Per layer.
+    pub layers: Vec<KvLayer>,
+}
+
 /// The KV cache's numbers per layer and per step.
 #[derive(Debug, Clone)]
 pub struct KvReport {
@@ -371,9 +398,8 @@ pub struct KvReport {
     pub slots: Vec<usize>,
     /// Bytes one slot takes in one layer (keys + values, + int8 scales).
     pub slot_bytes: usize,
-    /// Per step: `(kind, first, end, per layer: (filled slots, bytes used, positions read from
-    /// the cache by the step's last token, slots overwritten by the step))`.
-    pub steps: Vec<(&'static str, usize, usize, Vec<(usize, usize, usize, usize)>)>,
+    /// Per step.
+    pub steps: Vec<KvStepReport>,
 }
 
 /// The KV cache as it fills, from the trace's steps and the slots per layer the pass reported.
@@ -395,10 +421,10 @@ pub fn kv_report(trace: &Trace) -> KvReport {
                     // a decode step's token attends to the filled slots: all but its own hold
                     // keys and values of earlier steps, read back instead of recomputed
                     let read = if s.kind == "decode" { filled.saturating_sub(1) } else { 0 };
-                    (filled, filled * slot_bytes, read, overwritten)
+                    KvLayer { filled, bytes: filled * slot_bytes, read, overwritten }
                 })
                 .collect();
-            (s.kind, s.first, s.end, layers)
+            KvStepReport { kind: s.kind, first: s.first, end: s.end, layers }
         })
         .collect();
     KvReport { dtype, slots, slot_bytes, steps }
@@ -460,12 +486,11 @@ pub fn trace_json(model: &Model<'_>, trace: &Trace, model_path: &str) -> Value {
     let steps: Vec<Value> = kv
         .steps
         .iter()
-        .map(|(kind, first, end, layers)| {
-            json!({"kind": kind, "positions": [first, end],
-                   "filled_slots": layers.iter().map(|l| l.0).collect::<Vec<_>>(),
-                   "bytes_used": layers.iter().map(|l| l.1).collect::<Vec<_>>(),
-                   "positions_read_from_cache": layers.iter().map(|l| l.2).collect::<Vec<_>>(),
-                   "slots_overwritten": layers.iter().map(|l| l.3).collect::<Vec<_>>()})
+        .map(|s| {
+            let each = |f: fn(&KvLayer) -> usize| s.layers.iter().map(f).collect::<Vec<_>>();
+            json!({"kind": s.kind, "positions": [s.first, s.end],
+                   "filled_slots": each(|l| l.filled), "bytes_used": each(|l| l.bytes),
+                   "positions_read_from_cache": each(|l| l.read), "slots_overwritten": each(|l| l.overwritten)})
         })
         .collect();
     let s = &trace.opts.sampler;

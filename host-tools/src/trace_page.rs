@@ -85,7 +85,7 @@ fn shown(s: &str) -> String {
 const STYLE: &str = "
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff;max-width:1400px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 6px;border-bottom:1px solid #ddd}
-.meta,.note{color:#555;font-size:12px}
+.meta,.note{color:#555;font-size:12px}.scroll{overflow-x:auto}
 .strip{display:flex;flex-wrap:wrap;gap:3px}
 .tok{font:13px ui-monospace,monospace;white-space:pre;padding:2px 4px;border-radius:3px;border:1px solid #bbb}
 .tok.prompt{background:#e3edf9;border-color:#9bb8df}.tok.generated{background:#fbe7d3;border-color:#e0a56c}
@@ -175,7 +175,7 @@ fn attention_grid(h: &mut String, trace: &Trace) {
         "<h2 id=\"attention\">Attention patterns (<code>blocks.l.attn.hook_pattern</code>)</h2><p class=\"note\">Rows: query positions 0..{t} top to bottom; columns: key positions left to right; darker = more attention (shade ∝ √weight). The masked future is blank.{}</p>",
         if bin > 1 { format!(" Binned: {bin} positions per cell.") } else { String::new() }
     );
-    let _ = write!(h, "<table class=\"grid\"><tr><th></th>");
+    let _ = write!(h, "<div class=\"scroll\"><table class=\"grid\"><tr><th></th>");
     for hd in 0..d.n_head {
         let _ = write!(h, "<th>head {hd}</th>");
     }
@@ -212,7 +212,7 @@ fn attention_grid(h: &mut String, trace: &Trace) {
         }
         let _ = writeln!(h, "</tr>");
     }
-    let _ = writeln!(h, "</table>");
+    let _ = writeln!(h, "</table></div>");
 }
 
 fn residual_chart(h: &mut String, trace: &Trace) {
@@ -244,7 +244,7 @@ fn lens_table(h: &mut String, trace: &Trace, json: &Value, text: &dyn Fn(u32) ->
     let d = trace.rec.dims;
     let first = d.t.saturating_sub(LENS_MAX_POS);
     let _ = writeln!(h, "<h2 id=\"lens\">Logit lens</h2><p class=\"note\">The top token that <code>ln_f</code> and the head give at each layer's residual stream, for positions {first}..{} (shade: its probability; bold: it is the token that actually comes next; hover for the top {}).</p>", d.t, crate::trace::TOP_N);
-    let _ = write!(h, "<table class=\"lens\"><tr><th>residual \\ position</th>");
+    let _ = write!(h, "<div class=\"scroll\"><table class=\"lens\"><tr><th>residual \\ position</th>");
     for pos in first..d.t {
         let _ = write!(h, "<th>{pos} {}</th>", shown(&text(trace.tokens[pos])));
     }
@@ -274,7 +274,7 @@ fn lens_table(h: &mut String, trace: &Trace, json: &Value, text: &dyn Fn(u32) ->
         }
         let _ = writeln!(h, "</tr>");
     }
-    let _ = writeln!(h, "</table>");
+    let _ = writeln!(h, "</table></div>");
 }
 
 fn sampler_bars(h: &mut String, trace: &Trace, text: &dyn Fn(u32) -> String) {
@@ -352,17 +352,17 @@ fn kv_section(h: &mut String, trace: &Trace) {
     // bytes used per layer per step
     let (w, ht, pad) = (560.0, 180.0, 40.0);
     let n = kv.steps.len();
-    let max = kv.steps.iter().flat_map(|s| s.3.iter().map(|l| l.1)).max().unwrap_or(1).max(1) as f64;
+    let max = kv.steps.iter().flat_map(|s| s.layers.iter().map(|l| l.bytes)).max().unwrap_or(1).max(1) as f64;
     let x = |i: usize| pad + (w - 2.0 * pad) * i as f64 / (n.max(2) - 1) as f64;
     let y = |v: usize| ht - pad - (ht - 2.0 * pad) * v as f64 / max;
     let _ = write!(h, "<svg class=\"chart\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\"><rect width=\"{w}\" height=\"{ht}\" fill=\"#fafafa\"/><line x1=\"{pad}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/>", ht - pad, w - pad, ht - pad);
     let _ = write!(h, "<text x=\"4\" y=\"{:.1}\" font-size=\"10\" fill=\"#555\">{} B</text><text x=\"{pad}\" y=\"{}\" font-size=\"10\" fill=\"#555\">prefill</text><text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#555\" text-anchor=\"end\">step {}</text>", y(max as usize) + 4.0, max as usize, ht - pad + 14.0, w - pad, ht - pad + 14.0, n.saturating_sub(1));
     for l in 0..d.n_layer {
-        let pts: Vec<String> = kv.steps.iter().enumerate().map(|(i, s)| format!("{:.1},{:.1}", x(i), y(s.3[l].1))).collect();
+        let pts: Vec<String> = kv.steps.iter().enumerate().map(|(i, s)| format!("{:.1},{:.1}", x(i), y(s.layers[l].bytes))).collect();
         let _ = write!(h, "<polyline fill=\"none\" stroke=\"hsl({}, 60%, 45%)\" stroke-width=\"1.5\" points=\"{}\"><title>layer {l}</title></polyline>", (l * 360 / d.n_layer.max(1)), pts.join(" "));
     }
     let _ = writeln!(h, "</svg>");
-    let _ = write!(h, "<table class=\"kv\"><tr><th>step</th><th>positions stored</th>");
+    let _ = write!(h, "<div class=\"scroll\"><table class=\"kv\"><tr><th>step</th><th>positions stored</th>");
     for l in 0..d.n_layer {
         let _ = write!(h, "<th>layer {l}: bytes / read / overwritten</th>");
     }
@@ -374,12 +374,39 @@ fn kv_section(h: &mut String, trace: &Trace) {
             let _ = writeln!(h, "<tr><td>…</td><td></td>{}</tr>", "<td></td>".repeat(d.n_layer));
         }
         prev = Some(i);
-        let (kind, first, end, layers) = &kv.steps[i];
-        let _ = write!(h, "<tr><td>{}</td><td>{first}..{end}</td>", if *kind == "prefill" { "prefill".to_string() } else { format!("decode {i}") });
-        for &(_, bytes, read, over) in layers {
-            let _ = write!(h, "<td>{bytes} / {read} / {over}</td>");
+        let s = &kv.steps[i];
+        let _ = write!(h, "<tr><td>{}</td><td>{}..{}</td>", if s.kind == "prefill" { "prefill".to_string() } else { format!("decode {i}") }, s.first, s.end);
+        for l in &s.layers {
+            let _ = write!(h, "<td>{} / {} / {}</td>", l.bytes, l.read, l.overwritten);
         }
         let _ = writeln!(h, "</tr>");
     }
-    let _ = writeln!(h, "</table>");
+    let _ = writeln!(h, "</table></div>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The heatmaps' side for a few models at full context: within the per-map cap and, all
+    /// maps together, within the cell budget.
+    #[test]
+    fn heatmaps_are_capped_per_map_and_in_all() {
+        for (t, maps, want) in [(13, 16, 13), (128, 16, 64), (1024, 12 * 12, 41), (2048, 48 * 25, 14), (1, 1, 1), (5, 1 << 20, 1)] {
+            let side = heat_side(t, maps);
+            assert_eq!(side, want, "T {t}, {maps} maps");
+            assert!(side <= HEAT_MAX_SIDE && side <= t.max(1));
+            assert!(side * side * maps <= HEAT_CELL_BUDGET || side == 1);
+        }
+        assert!(limits(2048, 48, 25).contains("each cell covers 147 positions"));
+        assert!(limits(13, 4, 4).contains("every one of the T = 13 positions"));
+    }
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(esc("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(shown(" a\n"), "·a↵");
+        assert_eq!(shown(""), "∅");
+        assert_eq!(esc("\u{1}"), "\\x01");
+    }
 }

@@ -116,7 +116,9 @@ pub fn cmd_trace(a: &TraceArgs) -> Result<()> {
     let kv = a.kv_dtype.map_or(KvDType::F32, host_tools::plan::KvArg::dtype);
     let opts = TraceOptions { prompt, n: a.n, sampler, kv, batch: 64 };
     let t = trace::run(&model, &opts)?;
-    trace::write_dir(&model, &t, out, &model_path.display().to_string())?;
+    // the shipped model by its name in the repository, any other as given
+    let shown = if a.model.is_none() { "models/default/model.blob".to_string() } else { model_path.display().to_string() };
+    trace::write_dir(&model, &t, out, &shown)?;
     let d = t.rec.dims;
     let page = std::fs::metadata(out.join("index.html")).map(|m| m.len()).unwrap_or(0);
     eprintln!(
