@@ -387,6 +387,8 @@ pub fn write_digest_line(w: &mut impl core::fmt::Write, pos: usize, layer: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    extern crate std;
+    use std::string::String;
 
     #[test]
     fn slot_position_is_the_identity_without_wrapping_and_the_ring_rule_with() {
@@ -417,13 +419,25 @@ mod tests {
         }
         assert_eq!(digest(&v), crate::blob::crc32(&bytes));
         assert_ne!(digest(&[0.0]), digest(&[-0.0]), "the bits, not the value");
-        let mut line = heapless_line();
+        let mut line = String::new();
         write_digest_line(&mut line, 3, 1, 0x1a2b3c).unwrap();
-        assert_eq!(line.as_str(), "digest: pos 3 layer 1 resid_post crc32 001a2b3c\n");
+        assert_eq!(line, "digest: pos 3 layer 1 resid_post crc32 001a2b3c\n");
     }
 
-    fn heapless_line() -> std::string::String {
-        std::string::String::new()
+    #[test]
+    fn stage_names_follow_transformer_lens() {
+        let names: std::vec::Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "embed", "pos_embed", "resid_pre", "ln1", "q", "k", "v", "attn_scores", "attn_pattern", "z", "attn_out", "resid_mid",
+                "ln2", "mlp_pre", "mlp_post", "mlp_out", "resid_post", "ln_final", "logits"
+            ]
+        );
+        // per-layer hooks are `blocks.{l}.…`, the others not
+        assert!(Stage::ALL.iter().all(|s| s.hook().starts_with("blocks.{l}.") == s.per_layer()));
+        assert_eq!(Stage::MlpPost.hook(), "blocks.{l}.mlp.hook_post");
+        assert_eq!(Stage::AttnPattern.hook(), "blocks.{l}.attn.hook_pattern");
+        assert!(!Stage::Logits.per_layer() && Stage::ResidPost.per_layer() && Stage::Z.per_head() && !Stage::Ln1.per_head());
     }
-    extern crate std;
 }
