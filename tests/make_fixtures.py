@@ -10,6 +10,8 @@ computed with Hugging Face transformers:
     tests/fixtures/<case>/generation_config.json   (only where save_pretrained writes it)
     tests/fixtures/<case>/logits.npy               float32 [n_positions, vocab_size]
     tests/fixtures/<case>/reference.json           input ids, greedy continuation, ...
+    tests/fixtures/<case>/trace_hidden_states.npy  (cases in TRACES) float32 [n_layer+1, T, C]
+    tests/fixtures/<case>/trace_attentions.npy     (cases in TRACES) float32 [n_layer, n_head, T, T]
 
 The script is deterministic: all randomness comes from fixed seeds, torch runs
 single-threaded with deterministic algorithms, and a second run writes
@@ -40,7 +42,7 @@ import safetensors
 import safetensors.torch
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
 from transformers.activations import ACT2FN
 
 PROMPT_LEN = 5
@@ -153,6 +155,17 @@ CASES = [
         ),
     },
 ]
+
+# Per-stage references for `host trace` (tests/tests/trace_parity.rs): transformers'
+# output_hidden_states and output_attentions (eager attention) over the greedy sequence of a
+# case, its prompt followed by the first N greedy ids, so that `host trace --greedy -n N` from the
+# prompt must produce those ids and those arrays. One line per case: name -> N. Any causal LM the
+# case saves works (the checkpoint is reloaded with AutoModelForCausalLM), e.g. a GPT-Neo case.
+TRACES = {
+    "tiny": 7,
+    "odd": 6,
+    "untied": 7,
+}
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -325,6 +338,29 @@ def neo_sensitivity(model, ids, logits):
         m.lm_head.weight = m.transformer.wte.weight
         out["lm_head=wte"] = max_abs(forward_logits(m, ids), logits)
     return out
+def record_trace(out, ids):
+    """hidden_states [n_layer+1, T, C] and attentions [n_layer, n_head, T, T] of `ids`, from the
+    checkpoint in `out` as transformers loads it (eager attention, float32), saved beside it."""
+    model = AutoModelForCausalLM.from_pretrained(out, attn_implementation=ATTN_IMPL).float().eval()
+    with torch.no_grad():
+        o = model(input_ids=torch.tensor([ids]), use_cache=False, output_hidden_states=True, output_attentions=True)
+    hidden = torch.stack(o.hidden_states)[:, 0].float().numpy()
+    attn = torch.stack(o.attentions)[:, 0].float().numpy()
+    n_layer = model.config.num_hidden_layers
+    assert hidden.shape == (n_layer + 1, len(ids), model.config.hidden_size), hidden.shape
+    assert attn.shape == (n_layer, model.config.num_attention_heads, len(ids), len(ids)), attn.shape
+    # the convention the runtime follows: the last hidden state is taken after the final LayerNorm
+    assert torch.equal(o.hidden_states[-1], model.base_model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state)
+    files = {"trace_hidden_states.npy": hidden, "trace_attentions.npy": attn}
+    for name, a in files.items():
+        np.save(out / name, np.ascontiguousarray(a, dtype=np.float32))
+        os.chmod(out / name, 0o644)
+    return {
+        "ids": ids,
+        "hidden_states": {"file": "trace_hidden_states.npy", "shape": list(hidden.shape)},
+        "attentions": {"file": "trace_attentions.npy", "shape": list(attn.shape)},
+        "made_with": f"model(input_ids, output_hidden_states=True, output_attentions=True), attn_implementation={ATTN_IMPL!r}",
+    }
 
 
 def hub_state_dict(model, n_positions):
@@ -560,6 +596,8 @@ def make_case(spec, out_root):
             "max_abs_change_if": sens,
         },
     }
+    if name in TRACES:
+        ref["trace"] = record_trace(out, prompt + new_ids[: TRACES[name]])
     (out / "reference.json").write_text(dump_json(ref))
     os.chmod(out / "reference.json", 0o644)
 

@@ -5,6 +5,7 @@
 //! and goes on, in the same fixed memory.
 
 use crate::error::Error;
+use crate::observe::{NoObserver, Observer};
 use crate::sampler::Sampler;
 use crate::session::Session;
 
@@ -71,6 +72,20 @@ pub fn generate<const K: usize>(
     prompt: &[u32],
     window: &mut [u32],
     opts: &GenerateOptions,
+    on_token: impl FnMut(u32) -> Control,
+) -> Result<Summary, Error> {
+    generate_observed(session, sampler, prompt, window, opts, &mut NoObserver, on_token)
+}
+
+/// [`generate`] with an observer: the same run, every forward pass and draw reported to `obs`
+/// (see [`crate::observe`]; the firmware's `trace` build prints per-layer digests this way).
+pub fn generate_observed<const K: usize, O: Observer>(
+    session: &mut Session<'_>,
+    sampler: &mut Sampler<K>,
+    prompt: &[u32],
+    window: &mut [u32],
+    opts: &GenerateOptions,
+    obs: &mut O,
     mut on_token: impl FnMut(u32) -> Control,
 ) -> Result<Summary, Error> {
     let capacity = session.capacity();
@@ -82,7 +97,7 @@ pub fn generate<const K: usize>(
         return Err(Error::ContextFull { used: 0, adding: prompt.len(), capacity });
     }
     session.reset();
-    session.prefill(prompt)?;
+    session.prefill_observed(prompt, obs)?;
     let mut len = prompt.len();
     if let Some(w) = window.get_mut(..len) {
         w.copy_from_slice(prompt);
@@ -95,7 +110,7 @@ pub fn generate<const K: usize>(
         // sample the next token from the logits of the last one
         let recent = window.get(..len).unwrap_or(&[]);
         let drawn = match session.logits() {
-            Some(logits) => sampler.sample(logits, recent),
+            Some(logits) => sampler.sample_observed(logits, recent, obs),
             None => Err(Error::EmptyInput),
         };
         let token = match drawn {
@@ -118,7 +133,7 @@ pub fn generate<const K: usize>(
                 *slot = token;
             }
             len += 1;
-            session.decode(token).map(|_| ())
+            session.decode_observed(token, obs).map(|_| ())
         } else if opts.context_shift {
             let keep = capacity / 2;
             window.copy_within(len - keep..len, 0);
@@ -129,7 +144,7 @@ pub fn generate<const K: usize>(
             summary.shifts += 1;
             summary.reprefilled += len;
             session.reset();
-            session.prefill(window.get(..len).unwrap_or(&[])).map(|_| ())
+            session.prefill_observed(window.get(..len).unwrap_or(&[]), obs).map(|_| ())
         } else {
             return Ok(Summary { reason: StopReason::ContextFull { capacity }, ..summary });
         };

@@ -1179,6 +1179,21 @@ fn attention_impl<A: Attend>(a: &A, out: &mut [f32], q: &[f32], kv: &KvHead<'_>,
     }
 }
 
+/// Step 1 of [`attention`] alone: `scores[s] = dot(q, k_s) · scale` for the `kv.len()`
+/// positions into `scores[..kv.len()]` (nothing when `scores` is shorter): the bits
+/// [`attention`] computes before its softmax (in the portable build, whose bits every build
+/// gives). For observers ([`crate::observe`]); the forward pass itself never calls it. (Step 1
+/// of `attention_impl`, repeated rather than shared: the firmware's code must not move.)
+pub fn attention_scores(q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
+    let Some(scores) = scores.get_mut(..kv.len()) else { return };
+    let a = &Portable;
+    match kv {
+        KvHead::F32 { keys, .. } => a.scores_f32(q, keys, scale, scores),
+        KvHead::F16 { keys, .. } => a.scores_f16(q, keys, scale, scores),
+        KvHead::I8 { keys, key_scales, .. } => a.scores_i8(q, keys, key_scales, scale, scores),
+    }
+}
+
 /// The loops of [`attention`] for one build. The bodies here are the portable build, written
 /// for a Cortex-M's scalar FPU and its code size (f32/f16 caches in short loops; the int8 cache
 /// of the boards with four positions per pass for the scores and output elements held in

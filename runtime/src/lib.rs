@@ -9,6 +9,7 @@ pub mod generate;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
+pub mod observe;
 pub mod sampler;
 pub mod session;
 pub mod tokenizer;

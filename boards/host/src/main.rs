@@ -16,6 +16,8 @@ use runtime::tokenizer::{Tokenizer, Utf8Stream};
 use runtime::kv_cache::KvLayout;
 use runtime::{KvDType, Model, Session, SessionSizes};
 
+mod trace;
+
 /// The default model shipped in the repository.
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
 
@@ -208,6 +210,9 @@ enum Cmd {
         #[arg(long)]
         ctx: Option<usize>,
     },
+    /// Inside the model: every stage of the pass as arrays, JSON and a page (--out DIR); the
+    /// tutorial's example (--tutorial); per-layer digests of the firmware's run (--digest).
+    Trace(trace::TraceArgs),
     /// Measure prefill and decode speed (tokens/s, median of several runs).
     Bench {
         #[command(flatten)]
@@ -689,6 +694,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Detokenize { model, ids }) => cmd_detokenize(&model.model, ids),
         Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),
         Some(Cmd::Bench { model, prompt_len, n, runs, batch, threads }) => cmd_bench(model, *prompt_len, *n, *runs, *batch, threads),
+        Some(Cmd::Trace(args)) => trace::cmd_trace(args),
         None => cmd_generate(&cli.gen),
     }
 }
