@@ -284,7 +284,7 @@ impl<'a, const K: usize> Console<'a, K> {
             if complete {
                 let flow = match lost.take() {
                     Some(e) => {
-                        error(&mut out, format_args!("input lost ({e:?}); the line was discarded"));
+                        error(&mut out, format_args!("input lost ({e}); the line was discarded"));
                         Flow::Continue
                     }
                     None => self.handle(lines.line(), &mut out, meter),
@@ -672,9 +672,9 @@ fn write_speed<W: Write>(out: &mut Out<'_, W>, meter: &impl Meter, last: &Last) 
             let hz = u64::from(hz);
             let per = last.decode / d.max(1);
             let _ = write!(out, ", {} cycles ({} per token, ", last.prefill, last.prefill / p.max(1));
-            let _ = write_ratio(out, last.prefill.saturating_mul(1000) / p.max(1), hz, 2);
+            let _ = write_ratio(out, last.prefill.saturating_mul(1000) / p.max(1), hz, 3);
             let _ = write!(out, " ms), decode {d} tokens, {per} cycles per token (");
-            let _ = write_ratio(out, per.saturating_mul(1000), hz, 2);
+            let _ = write_ratio(out, per.saturating_mul(1000), hz, 3);
             let _ = write!(out, " ms, ");
             let _ = write_ratio(out, hz, per, 2);
             let _ = write!(out, " tokens/s at {} MHz)", hz / 1_000_000);

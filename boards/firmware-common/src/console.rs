@@ -13,6 +13,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use embedded_io::Write;
+use gpt2_console::ring::ByteRing;
 use gpt2_console::{Console, Exit, Meter, Template, Unit};
 use runtime::{Model, Session};
 
@@ -133,5 +134,75 @@ impl<P: Platform> Meter for BoardMeter<'_, P> {
 
     fn machine(&self) -> &str {
         self.board.name
+    }
+}
+
+/// Bytes of a real board's receive ring ([`RingRx`]).
+pub const RX_BUFFER_BYTES: usize = 1024;
+
+/// The receive ring of a real board's UART, filled by its interrupt handler ([`received`]).
+static RX_RING: ByteRing<RX_BUFFER_BYTES> = ByteRing::new();
+
+/// Interrupt side: one byte from the UART. A real UART cannot hold the sender back (no flow
+/// control), so when the ring is full the byte is dropped and counted; the console reports the
+/// count on the line it spoiled ([`InputLost`]).
+pub fn received(byte: u8) {
+    if !RX_RING.push(byte) {
+        RX_RING.note_lost();
+    }
+}
+
+/// Interrupt side: a byte the UART itself dropped (a receive FIFO overrun).
+pub fn lost() {
+    RX_RING.note_lost();
+}
+
+/// The receiving half of a real board's port: reads the ring [`received`] fills, sleeping in
+/// `WFI` while it is empty.
+pub struct RingRx;
+
+/// Bytes the input lost before the console read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputLost(pub u32);
+
+impl fmt::Display for InputLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes lost: the {RX_BUFFER_BYTES}-byte receive buffer was full, or the UART overran", self.0)
+    }
+}
+
+impl core::error::Error for InputLost {}
+
+impl embedded_io::Error for InputLost {
+    fn kind(&self) -> embedded_io::ErrorKind {
+        embedded_io::ErrorKind::Other
+    }
+}
+
+impl embedded_io::ErrorType for RingRx {
+    type Error = InputLost;
+}
+
+impl embedded_io::Read for RingRx {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, InputLost> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let lost = RX_RING.take_lost();
+            if lost > 0 {
+                return Err(InputLost(lost));
+            }
+            let n = RX_RING.pop_into(buf);
+            if n > 0 {
+                return Ok(n);
+            }
+            // checked with interrupts masked: a byte arriving before the WFI still ends it
+            cortex_m::interrupt::free(|_| {
+                if RX_RING.is_empty() {
+                    cortex_m::asm::wfi();
+                }
+            });
+        }
     }
 }
