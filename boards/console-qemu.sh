@@ -41,22 +41,26 @@ ELF="${CARGO_TARGET_DIR:-$ROOT/boards/$BOARD/target}/$TARGET/release/console"
 QEMU=(qemu-system-arm -machine "$MACHINE" -cpu "$CPU" -display none -monitor none -serial stdio
       -semihosting-config enable=on,target=native -icount shift=0 -kernel "$ELF")
 
+# QEMU's stdio backend makes its stdin and stdout non-blocking; its stdout goes through `cat` so
+# that this never happens to the caller's terminal (a terminal's stdin and stdout share that flag).
 set +e
 if [ -t 0 ]; then
   # A terminal: forward each line as the terminal delivers it (QEMU would put the terminal in raw
-  # mode if it read it itself), then EOT. The forwarder is a shell loop, ended when QEMU ends
-  # (after /quit) so that it does not wait for one more line.
+  # mode if it read it itself), then EOT. The forwarder is a shell loop on its own open of the
+  # terminal (a background job's stdin would be /dev/null), ended when QEMU ends (after /quit)
+  # so that it does not wait for one more line.
   FIFO="$(mktemp -u)"
   mkfifo "$FIFO"
   trap 'rm -f "$FIFO"' EXIT
-  ( while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "$line"; done; printf '\004' ) > "$FIFO" &
+  TTY="$(tty)"
+  ( while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "$line"; done; printf '\004' ) < "$TTY" > "$FIFO" &
   FEEDER=$!
-  "${QEMU[@]}" < "$FIFO"
-  RC=$?
+  "${QEMU[@]}" < "$FIFO" | cat
+  RC=${PIPESTATUS[0]}
   kill "$FEEDER" 2>/dev/null
   wait "$FEEDER" 2>/dev/null
 else
-  { cat; printf '\004'; } | "${QEMU[@]}"
+  { cat; printf '\004'; } | "${QEMU[@]}" | cat
   RC=${PIPESTATUS[1]}
 fi
 exit "$RC"

@@ -42,8 +42,10 @@ fn console(model: &Path, input: &[u8]) -> Vec<u8> {
     out.stdout
 }
 
-/// The lines of a script as the console splits them: at LF, CR or CR LF.
+/// The lines of a script as the console splits them: at LF, CR or CR LF; the input ends at the
+/// first EOT (Ctrl-D), and a last line without its line end counts.
 fn script_lines(bytes: &[u8]) -> Vec<&[u8]> {
+    let bytes = &bytes[..bytes.iter().position(|&b| b == gpt2_console::EOT).unwrap_or(bytes.len())];
     let mut lines = Vec::new();
     let mut start = 0;
     let mut i = 0;
@@ -68,6 +70,33 @@ fn script_lines(bytes: &[u8]) -> Vec<&[u8]> {
         lines.push(&bytes[start..]);
     }
     lines
+}
+
+/// A line as typed: its bytes after Backspace and DEL erased characters (`None` if it is longer
+/// than the line buffer: then it is discarded whole, erasures included), and what terminal mode
+/// echoes while it is typed (each byte; `\b \b` for an erased character).
+fn typed(raw: &[u8]) -> (Option<Vec<u8>>, Vec<u8>) {
+    let (mut line, mut echo, mut overflow) = (Vec::new(), Vec::new(), false);
+    for &b in raw {
+        if (b == 0x08 || b == 0x7f) && !overflow {
+            if line.is_empty() {
+                continue;
+            }
+            while line.last().is_some_and(|&c| c & 0xC0 == 0x80) && line.len() > 1 {
+                line.pop();
+            }
+            line.pop();
+            echo.extend_from_slice(b"\x08 \x08");
+            continue;
+        }
+        echo.push(b);
+        if !overflow {
+            line.push(b);
+            overflow = line.len() > gpt2_console::LINE_BYTES;
+        }
+    }
+    echo.extend_from_slice(b"\r\n");
+    ((!overflow).then_some(line), echo)
 }
 
 /// The settings a reply is made with, as the script wrote their values (`host` parses them as
@@ -160,6 +189,8 @@ struct Walk {
     errors: usize,
     /// Accepted commands.
     commands: usize,
+    /// Prompts with a NUL, which `host --prompt` cannot be given (not compared).
+    unchecked: usize,
 }
 
 /// Walks `transcript` along the `script` it answered: every line gets its response in order;
@@ -175,16 +206,17 @@ fn walk(model: &Path, script: &[u8], transcript: &[u8]) -> Walk {
     let mut s = Settings::start();
     let mut w = Walk::default();
     let mut quit = false;
-    for (i, line) in script_lines(script).into_iter().enumerate() {
-        let at = format!("script line {} ({:?})", i + 1, String::from_utf8_lossy(line));
+    for (i, raw) in script_lines(script).into_iter().enumerate() {
+        let at = format!("script line {} ({:?})", i + 1, String::from_utf8_lossy(raw));
         assert!(rest.starts_with(b"> "), "{at}: no prompt marker, transcript continues {:?}", String::from_utf8_lossy(&rest[..rest.len().min(200)]));
         rest = &rest[2..];
+        let (line, echoed) = typed(raw);
         if s.echo {
-            let echoed = [line, b"\r\n"].concat();
             assert!(rest.starts_with(&echoed), "{at}: the line is not echoed");
             rest = &rest[echoed.len()..];
         }
-        let text = std::str::from_utf8(line).ok().filter(|t| !t.is_empty() && t.len() <= gpt2_console::LINE_BYTES);
+        let line = line.unwrap_or_default();
+        let text = std::str::from_utf8(&line).ok().filter(|t| !t.is_empty());
         let Some(text) = text else {
             // empty, not UTF-8, longer than the line buffer
             let r = take_response(&mut rest);
@@ -211,6 +243,12 @@ fn walk(model: &Path, script: &[u8], transcript: &[u8]) -> Walk {
             continue;
         }
         let prompt = text.strip_prefix('/').filter(|_| text.starts_with("//")).unwrap_or(text);
+        if prompt.contains('\0') && !s.chat {
+            // a prompt `host --prompt` cannot take (no NUL in a command line): not compared
+            take_response(&mut rest);
+            w.unchecked += 1;
+            continue;
+        }
         if s.chat {
             let r = take_response(&mut rest);
             let newlines = r.iter().filter(|&&b| b == b'\n').count();
@@ -271,6 +309,15 @@ fn replies_equal_host_prompt_for_several_prompts_and_settings() {
 }
 
 #[test]
+fn edited_lines_terminal_mode_and_eot_are_walked_too() {
+    // Backspace and DEL edit, CR and CR LF end lines, terminal mode echoes, EOT ends the input
+    let script = b"/n 5\nROM\x08\x08OMEO:\r/echo on\r\nJULIT\x7fET:\n\x7f\x7fHA\x7fAMLET:\r/echo off\r\x00a NUL\n/n 3\x04/n 9\nignored\n";
+    let transcript = console(&q8_blob(), script);
+    let w = walk(&q8_blob(), script, &transcript);
+    assert_eq!((w.replies, w.unchecked, w.commands, w.errors), (3, 1, 4, 0), "{w:?}");
+}
+
+#[test]
 fn session_replies_equal_host_prompt() {
     let session = std::env::var_os("CONSOLE_SESSION").map_or(root().join("boards/console-session.txt"), PathBuf::from);
     let model = std::env::var_os("CONSOLE_MODEL").map_or(q8_blob(), PathBuf::from);
@@ -281,13 +328,14 @@ fn session_replies_equal_host_prompt() {
     };
     let w = walk(&model, &script, &transcript);
     println!(
-        "{}: {} replies equal host --prompt, {} prompts too long for the context refused by both, {} chat replies, {} commands, {} error lines",
+        "{}: {} replies equal host --prompt, {} prompts too long for the context refused by both, {} chat replies, {} commands, {} error lines, {} prompts with a NUL not compared",
         session.display(),
         w.replies,
         w.too_long,
         w.chat,
         w.commands,
-        w.errors
+        w.errors,
+        w.unchecked
     );
     if std::env::var_os("CONSOLE_SESSION").is_none() {
         // the committed session holds every kind of line
