@@ -191,16 +191,14 @@ pub const BUFFER_BYTES: usize = LINE_BYTES + TURN_BYTES + 4 * (TURN_BYTES + 1);
 
 impl<'a, const K: usize> Console<'a, K> {
     /// A console over `session` (whose model must have a tokenizer), with `window` of at least
-    /// `session.capacity()` token ids, starting with `settings`.
+    /// `session.capacity()` token ids, starting with `settings` (their sampler settings must
+    /// suit `Sampler<K>`; `/n` later takes 1 to [`MAX_TOKENS`]).
     pub fn new(session: Session<'a>, window: &'a mut [u32], settings: Settings, template: Template<'a>) -> Result<Self, Error> {
         let tok = session.model().tokenizer().ok_or(Error::NoTokenizer)?;
         if window.len() < session.capacity() {
             return Err(Error::BufferTooSmall { needed: session.capacity(), available: window.len() });
         }
         settings.sampler.validate(K)?;
-        if settings.max_tokens == 0 || settings.max_tokens > MAX_TOKENS {
-            return Err(Error::BadCapacity { requested: settings.max_tokens, n_ctx: MAX_TOKENS });
-        }
         let mut session = session;
         session.reset();
         Ok(Self {
