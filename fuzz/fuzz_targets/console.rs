@@ -117,7 +117,7 @@ impl Meter for Clock {
     fn unit(&self) -> Unit {
         Unit::Cycles { hz: 1_000_000 }
     }
-    fn machine(&self) -> &str {
+    fn name(&self) -> &str {
         "the fuzzer"
     }
 }

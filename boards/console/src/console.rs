@@ -129,7 +129,7 @@ pub trait Meter {
         None
     }
     /// What runs the console, for `/stats` (e.g. `qemu-m4`, `the desktop`).
-    fn machine(&self) -> &str;
+    fn name(&self) -> &str;
 }
 
 /// Why [`Console::run`] returned.
@@ -644,7 +644,7 @@ fn stream<const K: usize, W: Write>(
 fn write_speed<W: Write>(out: &mut Out<'_, W>, meter: &impl Meter, last: &Last) {
     let p = last.prompt_tokens as u64;
     let d = last.summary.generated.saturating_sub(1) as u64;
-    let _ = write!(out, "stats: speed on {}: prefill {p} tokens", meter.machine());
+    let _ = write!(out, "stats: speed on {}: prefill {p} tokens", meter.name());
     match meter.unit() {
         Unit::Nanoseconds => {
             let _ = write!(out, " in ");

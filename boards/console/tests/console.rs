@@ -42,7 +42,7 @@ impl Meter for Ticks {
     fn stack(&self) -> Option<(usize, usize)> {
         matches!(self.1, Unit::Cycles { .. }).then_some((4096, 65536))
     }
-    fn machine(&self) -> &str {
+    fn name(&self) -> &str {
         "a test"
     }
 }

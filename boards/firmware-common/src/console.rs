@@ -132,7 +132,7 @@ impl<P: Platform> Meter for BoardMeter<'_, P> {
         Some(stack::high_water())
     }
 
-    fn machine(&self) -> &str {
+    fn name(&self) -> &str {
         self.board.name
     }
 }

@@ -47,7 +47,7 @@ impl Meter for Clock {
     fn unit(&self) -> Unit {
         Unit::Nanoseconds
     }
-    fn machine(&self) -> &str {
+    fn name(&self) -> &str {
         "the desktop"
     }
 }
