@@ -172,6 +172,33 @@ pub struct Config {
 }
 
 impl Config {
+    /// A GPT-2 configuration with Hugging Face's `GPT2Config` defaults for everything but the
+    /// shape: `n_inner` 4·C, GELU (tanh), ε 1e-5, scores scaled by 1/√D only, and the last token
+    /// as both beginning and end of text (GPT-2's `<|endoftext|>`). A `const fn`, so that a
+    /// board can size its `static` buffers with [`SessionSizes`](crate::SessionSizes) for the
+    /// model it ships (see the crate's example); [`Model::from_blob`](crate::Model::from_blob)
+    /// reads the real one from the blob.
+    pub const fn gpt2(vocab_size: u32, n_ctx: u32, n_embd: u32, n_layer: u32, n_head: u32) -> Self {
+        Config {
+            vocab_size,
+            n_ctx,
+            n_embd,
+            n_layer,
+            n_head,
+            n_inner: n_embd.saturating_mul(4),
+            layer_norm_epsilon: 1e-5,
+            activation: Activation::GeluTanh,
+            scale_attn_weights: true,
+            scale_attn_by_inverse_layer_idx: false,
+            bos_token_id: vocab_size.saturating_sub(1),
+            eos_token_id: vocab_size.saturating_sub(1),
+            arch: Arch::Gpt2,
+            qkv_bias: true,
+            attn_window: 0,
+            local_layers: LayerMask::NONE,
+        }
+    }
+
     /// C as `usize`.
     pub const fn n_embd(&self) -> usize {
         self.n_embd as usize

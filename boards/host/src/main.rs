@@ -1,5 +1,8 @@
 //! `host`: the desktop emulator. Runs the same no_std runtime a board runs (model, session,
 //! tokenizer, sampler, generation loop), with std around it for files and the terminal.
+//! `host console` (src/console.rs) runs the boards' serial console on stdin and stdout.
+
+mod console;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -213,6 +216,10 @@ enum Cmd {
     /// Inside the model: every stage of the pass as arrays, JSON and a page (--out DIR); the
     /// tutorial's example (--tutorial); per-layer digests of the firmware's run (--digest).
     Trace(trace::TraceArgs),
+    /// The boards' serial console on stdin/stdout: a line is a prompt, /help lists the commands.
+    /// Starts with the firmware's settings (48 tokens, T 0.8, top-k 40, top-p 0.95, seed 42,
+    /// context min(128, n_ctx), KV cache int8) and prints what the console firmware prints.
+    Console(console::ConsoleArgs),
     /// Measure prefill and decode speed (tokens/s, median of several runs).
     Bench {
         #[command(flatten)]
@@ -695,6 +702,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),
         Some(Cmd::Bench { model, prompt_len, n, runs, batch, threads }) => cmd_bench(model, *prompt_len, *n, *runs, *batch, threads),
         Some(Cmd::Trace(args)) => trace::cmd_trace(args),
+        Some(Cmd::Console(args)) => console::cmd_console(args),
         None => cmd_generate(&cli.gen),
     }
 }
