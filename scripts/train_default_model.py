@@ -452,6 +452,24 @@ def evaluate_dtypes(model, val_ids: list[int], W: int, chars: int) -> dict:
     return out
 
 
+def thread_cpu_seconds() -> dict:
+    """CPU seconds (user + system) of each thread of this process so far, from /proc (Linux):
+    the main thread runs Python and its share of each parallel op; on an unshared machine the
+    loop's wall-clock is at least the main thread's CPU time and about that when the other
+    thread's share overlaps it."""
+    out = {}
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        for d in sorted(Path("/proc/self/task").iterdir()):
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            cpu = (int(f[11]) + int(f[12])) / tick
+            if cpu > 1:
+                out["main" if int(d.name) == os.getpid() else d.name] = round(cpu, 1)
+    except OSError:
+        pass
+    return out
+
+
 def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
     from transformers import GPT2LMHeadModel
 
@@ -476,6 +494,7 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
         raise SystemExit("--steps must be > 0 (a fixed step count makes a rerun give the same model)")
     qat_from = total - args.qat_steps if args.qat != "none" else total
     qat = QuantizedWeights(model, args.qat) if args.qat != "none" else None
+    threads0 = thread_cpu_seconds()
     t0, c0 = time.time(), time.process_time()
     t_int, c_int = t0, c0
     log, run_loss, run_n = [], 0.0, 0
@@ -488,11 +507,13 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
         batch = torch.from_numpy(np.stack([train_ids[s: s + T + 1] for s in starts]).astype(np.int64))
         quantized = qat is not None and step >= qat_from
         if qat is not None and step == qat_from:
-            w_e, c_e = time.time(), time.process_time()
+            w_e, c_e, th_e = time.time(), time.process_time(), thread_cpu_seconds()
             before_qat = evaluate_dtypes(model, val_ids, T, args.val_chars)
             # a measurement, not training: left out of the loop's wall-clock and CPU time
             w_e, c_e = time.time() - w_e, time.process_time() - c_e
             t0, c0, t_int, c_int = t0 + w_e, c0 + c_e, t_int + w_e, c_int + c_e
+            for k, v in thread_cpu_seconds().items():
+                threads0[k] = threads0.get(k, 0.0) + v - th_e.get(k, 0.0)
             print("[train] before QAT: " + ", ".join(f"{k} {v:.4f}" for k, v in before_qat.items()) + " nats/char", flush=True)
         if quantized:
             qat.__enter__()  # forward and backward on the quantized weights
@@ -529,13 +550,16 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
             run_loss, run_n = 0.0, 0
     seconds = time.time() - t0
     cpu_seconds = time.process_time() - c0
-    print(f"[train] {total} steps in {seconds:.0f}s wall, {cpu_seconds:.0f}s CPU", flush=True)
+    threads = {k: round(v - threads0.get(k, 0.0), 1) for k, v in thread_cpu_seconds().items()}
+    print(f"[train] {total} steps in {seconds:.0f}s wall, {cpu_seconds:.0f}s CPU; CPU per thread "
+          f"{threads}", flush=True)
     info = {"steps": total, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
             "tokens_seen": total * B * T, "batch_size": B, "lr": args.lr, "warmup": args.warmup,
             "schedule": args.schedule, "min_lr_ratio": args.min_lr_ratio, "weight_decay": args.weight_decay,
             "dropout": args.dropout, "qat": args.qat, "qat_steps": args.qat_steps if args.qat != "none" else 0,
             "optimizer": "AdamW(betas=(0.9, 0.95), eps=1e-8), grad clip 1.0",
-            "before_qat_nats_per_char": before_qat, "log": log}
+            "before_qat_nats_per_char": before_qat,
+            "thread_cpu_seconds": threads, "log": log}
     return model, info
 
 
