@@ -21,6 +21,11 @@ impl Perplexity {
     pub fn perplexity(&self) -> f64 {
         self.mean().exp()
     }
+    /// Nats per character of a text of `chars` characters: the summed loss (nats/token × tokens
+    /// scored) over the characters, which compares models with different tokenizers.
+    pub fn nats_per_char(&self, chars: usize) -> f64 {
+        self.nll_sum / chars.max(1) as f64
+    }
 }
 
 /// −log softmax(logits)[target], in f64.

@@ -547,6 +547,8 @@ fn cmd_perplexity(m: &ModelArg, file: &Path, ctx: Option<usize>) -> Result<()> {
     println!("tokens scored: {}", p.tokens);
     println!("mean cross-entropy: {:.6} nats/token", p.mean());
     println!("perplexity: {:.4}", p.perplexity());
+    let chars = text.chars().count();
+    println!("nats per character: {:.6} ({chars} characters)", p.nats_per_char(chars));
     Ok(())
 }
 

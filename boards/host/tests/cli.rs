@@ -149,6 +149,15 @@ fn perplexity_prints_loss_and_rejects_bad_sampling() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s = String::from_utf8(out.stdout).unwrap();
     assert!(s.contains("mean cross-entropy:") && s.contains("perplexity:"), "{s}");
+    // nats per character = nats/token × tokens scored / characters of the file
+    let field = |key: &str| -> f64 {
+        let line = s.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key:?} line in {s}"));
+        line[key.len()..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (tokens, per_token, per_char) = (field("tokens scored:"), field("mean cross-entropy:"), field("nats per character:"));
+    let chars = "ROMEO: But soft, what light through yonder window breaks?\n".chars().count() as f64;
+    assert!(s.contains(&format!("({chars} characters)")), "{s}");
+    assert!((per_char - per_token * tokens / chars).abs() < 1e-5, "{per_char} vs {per_token} x {tokens} / {chars}");
     assert_one_line_error(&["--prompt", "x", "--temperature", "-1"], "Temperature");
     assert_one_line_error(&["--prompt", "x", "--top-p", "1.5"], "TopP");
     assert_one_line_error(&["--prompt", "x", "--top-p", "NaN"], "TopP");
