@@ -154,8 +154,8 @@ pub struct PruneRow {
     pub blob_bytes: usize,
     /// Tokens of the text in its own encoding.
     pub tokens: usize,
-    /// Of those, how many are the full encoding's own tokens (the text's full encoding is kept
-    /// token for token where this equals `tokens`).
+    /// Whether its encoding of the text is the full model's (through the source ids): true for
+    /// text made of kept tokens.
     pub same_encoding: bool,
     /// Sum of NLL over the scored tokens (every token but the first), nats.
     pub nll_sum: f64,
@@ -180,7 +180,7 @@ pub fn measure_pruning(hf_dir: &Path, text: &str, keep: &crate::prune::KeepVocab
     let text = &text[..cut];
     let full_ids = encode(tok, text)?;
     let window = window.unwrap_or(full.config().n_ctx()).min(full.config().n_ctx());
-    let mut rows = vec![score("full f32", &full, &full_ids, &full_ids, full_conv.blob.len(), window)?];
+    let mut rows = vec![score("full f32", &full, &full_ids, true, full_conv.blob.len(), window)?];
     for dtype in [WeightDType::F32, WeightDType::Q8, WeightDType::Q4] {
         let conv = convert(hf_dir, &ConvertOptions { dtype, group, keep_vocab: Some(keep.clone()), ..ConvertOptions::default() })?;
         let file = BlobFile::from_bytes(&conv.blob);
@@ -188,8 +188,7 @@ pub fn measure_pruning(hf_dir: &Path, text: &str, keep: &crate::prune::KeepVocab
         let ids = encode(model.tokenizer().context("the pruned blob has no tokenizer")?, text)?;
         let as_source: Vec<u32> = ids.iter().filter_map(|&id| model.source_id(id)).collect();
         let name = format!("pruned {}", format!("{dtype:?}").to_lowercase());
-        rows.push(score(&name, &model, &ids, &as_source, conv.blob.len(), window)?);
-        rows.last_mut().map(|r| r.same_encoding = as_source == full_ids);
+        rows.push(score(&name, &model, &ids, as_source == full_ids, conv.blob.len(), window)?);
     }
     Ok(rows)
 }
@@ -201,7 +200,7 @@ fn encode(tok: &runtime::tokenizer::Tokenizer<'_>, text: &str) -> Result<Vec<u32
     Ok(ids)
 }
 
-fn score(name: &str, model: &runtime::Model<'_>, ids: &[u32], source_ids: &[u32], blob_bytes: usize, window: usize) -> Result<PruneRow> {
+fn score(name: &str, model: &runtime::Model<'_>, ids: &[u32], same_encoding: bool, blob_bytes: usize, window: usize) -> Result<PruneRow> {
     anyhow::ensure!(ids.len() >= 2, "the text has {} tokens; scoring needs at least 2", ids.len());
     let p = crate::eval::perplexity(model, ids, window.max(2), KvDType::F32)?;
     let tok = model.tokenizer().context("no tokenizer")?;
@@ -211,7 +210,7 @@ fn score(name: &str, model: &runtime::Model<'_>, ids: &[u32], source_ids: &[u32]
         vocab: model.config().vocab_size(),
         blob_bytes,
         tokens: ids.len(),
-        same_encoding: ids == source_ids,
+        same_encoding,
         nll_sum: p.nll_sum,
         scored: p.tokens,
         scored_bytes,

@@ -171,7 +171,7 @@ struct SourceIdsArg {
 
 impl SourceIdsArg {
     /// The blob's ids of `ids` (source ids with --source-ids, else as they are).
-    fn to_model(&self, model: &Model<'_>, ids: &[u32]) -> Result<Vec<u32>> {
+    fn given(&self, model: &Model<'_>, ids: &[u32]) -> Result<Vec<u32>> {
         if !self.source_ids {
             return Ok(ids.to_vec());
         }
@@ -179,7 +179,7 @@ impl SourceIdsArg {
     }
 
     /// `ids` as printed: source ids with --source-ids, else as they are.
-    fn from_model(&self, model: &Model<'_>, ids: &[u32]) -> Vec<u32> {
+    fn shown(&self, model: &Model<'_>, ids: &[u32]) -> Vec<u32> {
         if !self.source_ids {
             return ids.to_vec();
         }
@@ -369,7 +369,7 @@ fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path, source: &SourceIdsArg, boar
     let file = load(&m.model)?;
     let model = file.model()?;
     let v = model.config().vocab_size();
-    let ids = &source.to_model(&model, ids)?;
+    let ids = &source.given(&model, ids)?;
     if ids.len() > model.config().n_ctx() {
         bail!("{} ids do not fit the model's context of {} tokens", ids.len(), model.config().n_ctx());
     }
@@ -415,7 +415,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let tok = model.tokenizer();
     let prompt: Vec<u32> = match (&args.prompt, &args.ids) {
         (Some(text), _) => encode(tokenizer(&model)?, text)?,
-        (None, Some(ids)) => args.source.to_model(&model, ids)?,
+        (None, Some(ids)) => args.source.given(&model, ids)?,
         (None, None) => vec![cfg.bos_token_id],
     };
     if prompt.is_empty() {
@@ -507,7 +507,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         }
     }
     if args.print_ids || !stream_text {
-        writeln!(out, "{}", join_ids(&args.source.from_model(&model, &generated)))?;
+        writeln!(out, "{}", join_ids(&args.source.shown(&model, &generated)))?;
     }
     out.flush()?;
 
@@ -576,7 +576,7 @@ fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>, sour
     };
     let ids = encode(tok, text)?;
     eprintln!("{} tokens", ids.len());
-    println!("{}", join_ids(&source.from_model(&model, &ids)));
+    println!("{}", join_ids(&source.shown(&model, &ids)));
     Ok(())
 }
 
@@ -584,7 +584,7 @@ fn cmd_detokenize(model_path: &Path, ids: &[u32], source: &SourceIdsArg) -> Resu
     let blob = load(model_path)?;
     let model = blob.model()?;
     let tok = tokenizer(&model)?;
-    let ids = &source.to_model(&model, ids)?;
+    let ids = &source.given(&model, ids)?;
     let mut bytes = Vec::new();
     for &id in ids {
         let b = tok.token_bytes(id).with_context(|| {
