@@ -5,7 +5,7 @@
 //!   `--vocab-size`;
 //! - (b) any other text round-trips byte-exact through the pruned tokenizer;
 //! - (c) the pruned model's logits at the kept tokens are the full model's bit for bit (f32, and
-//!   q8 too: rows quantize independently), and what the sampler draws from them is what it
+//!   q8 and q4 too: rows quantize independently), and what the sampler draws from them is what it
 //!   draws from the full distribution restricted to the kept set, step after step.
 //!
 //! The model: random GPT-Neo checkpoints (`host-tools random`: 2 layers, 32 wide, 8 heads of 4,
@@ -85,8 +85,9 @@ struct Pairs {
     f32: Pair,
     /// f32, the 300 most frequent tokens of the story text.
     top300: Pair,
-    /// q8, every token of the story text.
+    /// q8 and q4, every token of the story text.
     q8: Pair,
+    q4: Pair,
     /// f32, an untied head.
     untied: Pair,
 }
@@ -99,6 +100,7 @@ fn pairs() -> &'static Pairs {
             f32: pair(&tied, WeightDType::F32, None),
             top300: pair(&tied, WeightDType::F32, Some(300)),
             q8: pair(&tied, WeightDType::Q8, None),
+            q4: pair(&tied, WeightDType::Q4, None),
             untied: pair(&untied, WeightDType::F32, None),
         };
         for dir in [tied, untied] {
@@ -261,11 +263,11 @@ fn logits(model: &Model<'_>, ids: &[u32]) -> Vec<Vec<f32>> {
 }
 
 /// (c): at every position of a story prompt (longer than the window of 8), each kept token's
-/// logit equals the full model's bit for bit: tied head (f32 and q8) and untied head (f32).
+/// logit equals the full model's bit for bit: tied head (f32, q8, q4) and untied head (f32).
 #[test]
 fn claim_c_logits_at_kept_tokens_are_the_full_models() {
-    let (untied, q8) = (&pairs().untied, &pairs().q8);
-    for (what, p) in [("f32", f32_pair()), ("q8", q8), ("f32, untied head", untied)] {
+    let (untied, q8, q4) = (&pairs().untied, &pairs().q8, &pairs().q4);
+    for (what, p) in [("f32", f32_pair()), ("q8", q8), ("q4", q4), ("f32, untied head", untied)] {
         let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
         let text = &stories()[..400];
         let ids = encode(full.tokenizer().unwrap(), text);
