@@ -161,10 +161,15 @@ CASES = [
 # case, its prompt followed by the first N greedy ids, so that `host trace --greedy -n N` from the
 # prompt must produce those ids and those arrays. One line per case: name -> N. Any causal LM the
 # case saves works (the checkpoint is reloaded with AutoModelForCausalLM), e.g. a GPT-Neo case.
+# The GPT-Neo ones run well past their window, so the local layers' rings wrap several times
+# (the attention rows of a local layer are zero outside the window, as transformers' mask).
 TRACES = {
     "tiny": 7,
     "odd": 6,
     "untied": 7,
+    "neo_alternating": 19,  # T = 24, window 8: global/local alternating, each ring wraps twice
+    "neo_local_fp16": 12,  # T = 17, window 5: every layer local
+    "neo_hub_layout": 20,  # T = 25, window 16: global, local, local in the hub's key layout
 }
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

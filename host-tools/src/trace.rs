@@ -431,12 +431,19 @@ pub fn kv_report(trace: &Trace) -> KvReport {
     KvReport { dtype, slots, slot_bytes, steps }
 }
 
+/// The layers that attend only to the last [`Config::attn_window`] positions (GPT-Neo's local ones).
+pub fn local_layers(cfg: &Config) -> Vec<usize> {
+    (0..cfg.n_layer()).filter(|&l| cfg.is_local(l)).collect()
+}
+
 fn config_json(cfg: &Config) -> Value {
     json!({
+        "arch": cfg.arch.name(),
         "vocab_size": cfg.vocab_size, "n_ctx": cfg.n_ctx, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer,
         "n_head": cfg.n_head, "head_dim": cfg.head_dim(), "n_inner": cfg.n_inner,
         "layer_norm_epsilon": cfg.layer_norm_epsilon, "activation": format!("{:?}", cfg.activation),
         "scale_attn_weights": cfg.scale_attn_weights, "scale_attn_by_inverse_layer_idx": cfg.scale_attn_by_inverse_layer_idx,
+        "qkv_bias": cfg.qkv_bias, "local_layers": local_layers(cfg), "attn_window": cfg.attn_window,
         "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
     })
 }

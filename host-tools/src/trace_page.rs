@@ -1,21 +1,24 @@
 //! `index.html` of `host trace`: one self-contained page (inline SVG and CSS, no script, no
 //! network) with the token strip, a layer × head grid of attention heatmaps, the residual
-//! stream's norm per layer, the logit lens, the sampler's bars and the KV cache as it fills.
+//! stream's norm per layer, the logit lens, the sampler's bars and the KV cache as it fills (with
+//! a map of each local-attention ring: the position every slot holds after each step).
 //!
 //! What it draws is bounded whatever the model (see [`limits`]): each heatmap has at most
 //! [`HEAT_MAX_SIDE`]² cells and all of them together at most [`HEAT_CELL_BUDGET`] (beyond that
 //! positions are binned: a cell is the mean over its query positions of the attention summed
 //! over its key positions); the logit lens shows the last [`LENS_MAX_POS`] positions, the
 //! sampler the first [`DRAW_MAX`] draws with their [`BARS`] most likely tokens, the KV table
-//! the first and last [`KV_ROWS`] / 2 steps. The page stays in the low megabytes for
-//! GPT-2 XL at full context (48 × 25 heatmaps of 14 × 14 cells).
+//! and the ring maps the first and last [`KV_ROWS`] / 2 steps. The page stays in the low
+//! megabytes for GPT-2 XL at full context (48 × 25 heatmaps of 14 × 14 cells).
 
 use std::fmt::Write;
 
-use runtime::Model;
+use runtime::{Config, Model};
 use serde_json::Value;
 
-use crate::trace::{kv_report, residual_norms, token_text, Trace};
+use runtime::observe::slot_position;
+
+use crate::trace::{kv_report, local_layers, residual_norms, token_text, KvReport, Trace};
 
 /// Cells per side of one heatmap at most.
 pub const HEAT_MAX_SIDE: usize = 64;
@@ -56,6 +59,11 @@ pub fn limits(t: usize, n_layer: usize, n_head: usize) -> String {
     )
 }
 
+/// `1, 3, 5`.
+fn list(v: &[usize]) -> String {
+    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+}
+
 fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for ch in s.chars() {
@@ -93,6 +101,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 6px;border-bott
 table.grid{border-collapse:collapse}table.grid th{font-weight:normal;color:#555;font-size:11px;padding:2px 4px}
 table.grid td{padding:2px}
 svg.heatmap{display:block;border:1px solid #ccc;background:#fff}
+h3.ring{font-size:14px;margin:18px 0 4px}svg.ring{display:block;margin:4px 0 14px}
 table.lens{border-collapse:collapse;font:12px ui-monospace,monospace}
 table.lens td,table.lens th{border:1px solid #ddd;padding:2px 4px;white-space:pre;text-align:left}
 table.lens th{background:#f4f4f4;font-weight:normal}
@@ -133,6 +142,17 @@ pub fn render(model: &Model<'_>, trace: &Trace, json: &Value) -> String {
         trace.opts.sampler.top_p,
         trace.opts.sampler.seed
     );
+    let local = local_layers(cfg);
+    if !local.is_empty() {
+        let _ = writeln!(
+            h,
+            "<p class=\"meta\">{}: layers {} attend locally, each position to itself and the {} before it (window {}); the others to every earlier position.</p>",
+            cfg.arch.name(),
+            list(&local),
+            cfg.attn_window.saturating_sub(1),
+            cfg.attn_window
+        );
+    }
     let _ = writeln!(h, "<p class=\"note\">{}</p>", esc(&limits(d.t, d.n_layer, d.n_head)));
 
     // token strip
@@ -143,11 +163,11 @@ pub fn render(model: &Model<'_>, trace: &Trace, json: &Value) -> String {
     }
     let _ = writeln!(h, "</div>");
 
-    attention_grid(&mut h, trace);
+    attention_grid(&mut h, trace, cfg);
     residual_chart(&mut h, trace);
     lens_table(&mut h, trace, json, &text);
     sampler_bars(&mut h, trace, &text);
-    kv_section(&mut h, trace);
+    kv_section(&mut h, trace, cfg);
     let _ = writeln!(h, "<p class=\"note\">Made by <code>host trace</code> (gpt2-mcu): the runtime's own forward pass with an observer; arrays in the .npy files beside this page, everything else in trace.json.</p>");
     let _ = writeln!(h, "</body></html>");
     h
@@ -163,16 +183,22 @@ fn level_color(k: usize) -> String {
 /// Shades of the heatmaps (a cell's level: `ceil(sqrt(v) · LEVELS)`, 0 not drawn).
 const LEVELS: usize = 8;
 
-fn attention_grid(h: &mut String, trace: &Trace) {
+fn attention_grid(h: &mut String, trace: &Trace, cfg: &Config) {
     let d = trace.rec.dims;
     let t = d.t;
     let side = heat_side(t, d.n_layer * d.n_head);
     let bin = t.div_ceil(side);
     let cells = t.div_ceil(bin);
     let px = (side * 3).clamp(72, 160);
+    let w = cfg.attn_window as usize;
+    let band = if local_layers(cfg).is_empty() {
+        String::new()
+    } else {
+        format!(" A local layer (window {w}) also hides every key {w} or more positions back: its map is a band along the diagonal.")
+    };
     let _ = writeln!(
         h,
-        "<h2 id=\"attention\">Attention patterns (<code>blocks.l.attn.hook_pattern</code>)</h2><p class=\"note\">Rows: query positions 0..{t} top to bottom; columns: key positions left to right; darker = more attention (shade ∝ √weight). The masked future is blank.{}</p>",
+        "<h2 id=\"attention\">Attention patterns (<code>blocks.l.attn.hook_pattern</code>)</h2><p class=\"note\">Rows: query positions 0..{t} top to bottom; columns: key positions left to right; darker = more attention (shade ∝ √weight). The masked future is blank.{band}{}</p>",
         if bin > 1 { format!(" Binned: {bin} positions per cell.") } else { String::new() }
     );
     let _ = write!(h, "<div class=\"scroll\"><table class=\"grid\"><tr><th></th>");
@@ -182,7 +208,8 @@ fn attention_grid(h: &mut String, trace: &Trace) {
     let _ = writeln!(h, "</tr>");
     let pattern = trace.rec.attentions();
     for l in 0..d.n_layer {
-        let _ = write!(h, "<tr><th>layer {l}</th>");
+        let kind = if cfg.is_local(l) { format!("<br>local, window {w}") } else if !local_layers(cfg).is_empty() { "<br>global".to_string() } else { String::new() };
+        let _ = write!(h, "<tr><th>layer {l}{kind}</th>");
         for hd in 0..d.n_head {
             let base = (l * d.n_head + hd) * t * t;
             let map = &pattern[base..base + t * t];
@@ -336,7 +363,7 @@ fn sampler_bars(h: &mut String, trace: &Trace, text: &dyn Fn(u32) -> String) {
     let _ = writeln!(h, "</div>");
 }
 
-fn kv_section(h: &mut String, trace: &Trace) {
+fn kv_section(h: &mut String, trace: &Trace, cfg: &Config) {
     let d = trace.rec.dims;
     let kv = kv_report(trace);
     let total: usize = kv.slots.iter().map(|&r| r * kv.slot_bytes).sum();
@@ -349,6 +376,22 @@ fn kv_section(h: &mut String, trace: &Trace) {
         kv.slots.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
         total
     );
+    // layers with the same number of slots fill alike: one line (and one ring map) per group
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (l, &r) in kv.slots.iter().enumerate() {
+        match groups.iter_mut().find(|g| g.0 == r) {
+            Some(g) => g.1.push(l),
+            None => groups.push((r, vec![l])),
+        }
+    }
+    let group_name = |r: usize, layers: &[usize]| {
+        let kind = if r < d.t { format!("a ring of {}", slots(r)) } else { slots(r) };
+        if layers.len() == d.n_layer {
+            format!("every layer: {kind}")
+        } else {
+            format!("layer{} {}: {kind}", if layers.len() > 1 { "s" } else { "" }, list(layers))
+        }
+    };
     // bytes used per layer per step
     let (w, ht, pad) = (560.0, 180.0, 40.0);
     let n = kv.steps.len();
@@ -357,31 +400,140 @@ fn kv_section(h: &mut String, trace: &Trace) {
     let y = |v: usize| ht - pad - (ht - 2.0 * pad) * v as f64 / max;
     let _ = write!(h, "<svg class=\"chart\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\"><rect width=\"{w}\" height=\"{ht}\" fill=\"#fafafa\"/><line x1=\"{pad}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/>", ht - pad, w - pad, ht - pad);
     let _ = write!(h, "<text x=\"4\" y=\"{:.1}\" font-size=\"10\" fill=\"#555\">{} B</text><text x=\"{pad}\" y=\"{}\" font-size=\"10\" fill=\"#555\">prefill</text><text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#555\" text-anchor=\"end\">step {}</text>", y(max as usize) + 4.0, max as usize, ht - pad + 14.0, w - pad, ht - pad + 14.0, n.saturating_sub(1));
-    for l in 0..d.n_layer {
+    for (g, (r, layers)) in groups.iter().enumerate() {
+        let l = layers[0];
+        let color = format!("hsl({}, 60%, 42%)", (210 + g * 150) % 360);
+        let name = esc(&group_name(*r, layers));
         let pts: Vec<String> = kv.steps.iter().enumerate().map(|(i, s)| format!("{:.1},{:.1}", x(i), y(s.layers[l].bytes))).collect();
-        let _ = write!(h, "<polyline fill=\"none\" stroke=\"hsl({}, 60%, 45%)\" stroke-width=\"1.5\" points=\"{}\"><title>layer {l}</title></polyline>", (l * 360 / d.n_layer.max(1)), pts.join(" "));
+        let _ = write!(h, "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"><title>{name}</title></polyline>", pts.join(" "));
+        let _ = write!(h, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"{color}\">{name}</text>", pad + 8.0, 14.0 + 12.0 * g as f64);
     }
     let _ = writeln!(h, "</svg>");
+    let shown_steps: Vec<usize> = if n <= KV_ROWS { (0..n).collect() } else { (0..KV_ROWS / 2).chain(n - KV_ROWS / 2..n).collect() };
+    for (r, layers) in &groups {
+        if *r < d.t {
+            ring_map(h, &kv, *r, layers, &shown_steps, cfg);
+        }
+    }
     let _ = write!(h, "<div class=\"scroll\"><table class=\"kv\"><tr><th>step</th><th>positions stored</th>");
     for l in 0..d.n_layer {
         let _ = write!(h, "<th>layer {l}: bytes / read / overwritten</th>");
     }
     let _ = writeln!(h, "</tr>");
-    let shown_steps: Vec<usize> = if n <= KV_ROWS { (0..n).collect() } else { (0..KV_ROWS / 2).chain(n - KV_ROWS / 2..n).collect() };
     let mut prev = None;
-    for i in shown_steps {
+    for &i in &shown_steps {
         if prev.is_some_and(|p: usize| p + 1 != i) {
             let _ = writeln!(h, "<tr><td>…</td><td></td>{}</tr>", "<td></td>".repeat(d.n_layer));
         }
         prev = Some(i);
         let s = &kv.steps[i];
-        let _ = write!(h, "<tr><td>{}</td><td>{}..{}</td>", if s.kind == "prefill" { "prefill".to_string() } else { format!("decode {i}") }, s.first, s.end);
+        let _ = write!(h, "<tr><td>{}</td><td>{}..{}</td>", step_name(s.kind, i), s.first, s.end);
         for l in &s.layers {
             let _ = write!(h, "<td>{} / {} / {}</td>", l.bytes, l.read, l.overwritten);
         }
         let _ = writeln!(h, "</tr>");
     }
     let _ = writeln!(h, "</table></div>");
+}
+
+/// `1 slot`, `8 slots`.
+fn slots(r: usize) -> String {
+    format!("{r} slot{}", if r == 1 { "" } else { "s" })
+}
+
+fn step_name(kind: &str, i: usize) -> String {
+    if kind == "prefill" {
+        "prefill".to_string()
+    } else {
+        format!("decode {i}")
+    }
+}
+
+/// Slots of a ring map labelled with the position they hold (wider rings: colour only).
+const RING_LABELLED: usize = 32;
+
+/// Ring-map colours: an empty slot, a slot held from an earlier step, written this step into
+/// an empty slot, written this step over an older position.
+const EMPTY: &str = "#f3f3f3";
+const HELD: &str = "#d6e4f5";
+const NEW: &str = "#fbd9b8";
+const REUSED: &str = "#f2a097";
+
+/// The ring of `layers` (`r` slots, fewer than the positions): after each shown step, which
+/// position every slot holds ([`slot_position`], the one mapping the attention reports go
+/// through), and whether the step wrote it there, over an older position (the slot reused) or
+/// into an empty slot. One SVG of at most (`KV_ROWS` + 2) × `r` cells.
+fn ring_map(h: &mut String, kv: &KvReport, r: usize, layers: &[usize], shown_steps: &[usize], cfg: &Config) {
+    let labelled = r <= RING_LABELLED;
+    let row_h = 16usize;
+    // the step labels ("decode 12 16..17") in 10 px monospace, about 6 px a character
+    let longest = shown_steps.iter().map(|&i| format!("{} {}..{}", step_name(kv.steps[i].kind, i), kv.steps[i].first, kv.steps[i].end).len()).max().unwrap_or(0);
+    let label_w = 12 + 6 * longest.max(12);
+    let cw = if labelled { 24 } else { (768 / r).max(1) };
+    let rows = shown_steps.len() + shown_steps.windows(2).filter(|p| p[0] + 1 != p[1]).count();
+    let (width, height) = (label_w + r * cw, row_h * (rows + 1));
+    let _ = writeln!(
+        h,
+        "<h3 class=\"ring\">The ring of layer{} {} (window {}, {})</h3><p class=\"note\">After each step, the position each slot holds{}: <span style=\"background:{HELD}\">&nbsp;held from an earlier step (a decode step reads it)&nbsp;</span> <span style=\"background:{NEW}\">&nbsp;written by this step into an empty slot&nbsp;</span> <span style=\"background:{REUSED}\">&nbsp;written by this step over an older position&nbsp;</span>. Position p lives in slot p mod {r}; the attention maps above draw it at its position.</p>",
+        if layers.len() > 1 { "s" } else { "" },
+        list(layers),
+        cfg.attn_window,
+        slots(r),
+        if labelled { "" } else { " (hover a step for the positions)" }
+    );
+    let _ = write!(h, "<div class=\"scroll\"><svg class=\"ring\" data-layers=\"{}\" data-slots=\"{r}\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" font-family=\"monospace\">", list(layers));
+    let _ = write!(h, "<text x=\"4\" y=\"11\" font-size=\"9\" fill=\"#777\">step \\ slot</text>");
+    if labelled {
+        for slot in 0..r {
+            let _ = write!(h, "<text x=\"{}\" y=\"11\" font-size=\"9\" fill=\"#777\" text-anchor=\"middle\">{slot}</text>", label_w + slot * cw + cw / 2);
+        }
+    } else {
+        let _ = write!(h, "<text x=\"{label_w}\" y=\"11\" font-size=\"9\" fill=\"#777\">slot 0</text><text x=\"{width}\" y=\"11\" font-size=\"9\" fill=\"#777\" text-anchor=\"end\">slot {}</text>", r - 1);
+    }
+    let mut paths = [String::new(), String::new(), String::new(), String::new()]; // empty, held, new, reused
+    let mut labels = String::new();
+    let mut row = 1;
+    let mut prev: Option<usize> = None;
+    // a 1 px gap between labelled cells; narrow ones touch (a gap would stripe the ring)
+    let cell = if labelled { cw - 1 } else { cw };
+    for &i in shown_steps {
+        if prev.is_some_and(|p| p + 1 != i) {
+            let _ = write!(h, "<text x=\"4\" y=\"{}\" font-size=\"10\" fill=\"#555\">…</text>", row * row_h + 12);
+            row += 1;
+        }
+        prev = Some(i);
+        let s = &kv.steps[i];
+        let y = row * row_h;
+        let held: Vec<usize> = (0..s.end.min(r)).map(|slot| slot_position(s.end - 1, slot, r)).collect();
+        let _ = write!(
+            h,
+            "<text x=\"4\" y=\"{}\" font-size=\"10\" fill=\"#333\">{} <tspan fill=\"#888\">{}..{}</tspan><title>slots 0..{r} hold positions {}</title></text>",
+            y + 12,
+            step_name(s.kind, i),
+            s.first,
+            s.end,
+            list(&held)
+        );
+        for slot in 0..r {
+            let class = match held.get(slot) {
+                None => 0,
+                Some(&p) if p < s.first => 1,
+                Some(&p) if p < r => 2,
+                Some(_) => 3,
+            };
+            let _ = write!(paths[class], "M{} {}h{cell}v{}h-{cell}z", label_w + slot * cw, y + 1, row_h - 2);
+            if let (true, Some(p)) = (labelled, held.get(slot)) {
+                let _ = write!(labels, "<text x=\"{}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\">{p}</text>", label_w + slot * cw + cw / 2, y + 11);
+            }
+        }
+        row += 1;
+    }
+    for (p, color) in paths.iter().zip([EMPTY, HELD, NEW, REUSED]) {
+        if !p.is_empty() {
+            let _ = write!(h, "<path fill=\"{color}\" d=\"{p}\"/>");
+        }
+    }
+    let _ = writeln!(h, "{labels}</svg></div>");
 }
 
 #[cfg(test)]

@@ -710,29 +710,41 @@ pub fn quantize_group_q8_ref(x: &[f32], q: &mut [i8]) -> f32 {
     s
 }
 
-/// max |x| (0 for an empty slice; NaNs are skipped, as `f32::max` does). Sixteen running
+/// max |x| (0 for an empty slice; every NaN, quiet or signalling, is skipped). Sixteen running
 /// maxima, then their maximum by halves (lane i with lane i + 8, then + 4, + 2, + 1), then the
 /// remainder: max is exact and order-free on these values (never NaN, never -0.0), so this
 /// equals the sequential fold, and the compiler can vectorise both steps. (A sequential fold
 /// over the sixteen lanes was a chain of 16 dependent max operations per group.)
+///
+/// The step is a compare and select ([`max_skip_nan`]), not `f32::max`: on aarch64 `f32::max`
+/// is `FMAXNM`, which returns NaN when one input is a *signalling* NaN, so a signalling NaN in
+/// the group reset that lane's running maximum there and not on x86-64 (found by the aarch64
+/// run of `quantize_group_q8_int_equals_ref` on random bit patterns).
 #[inline(always)]
 fn abs_max(x: &[f32]) -> f32 {
     let (chunks, rest) = x.as_chunks::<LANES>();
     let mut m = [0.0f32; LANES];
     for c in chunks {
         for (m, v) in m.iter_mut().zip(c) {
-            *m = m.max(v.abs());
+            *m = max_skip_nan(*m, v.abs());
         }
     }
     let mut half = LANES / 2;
     while half > 0 {
         let (lo, hi) = m.split_at_mut(half);
         for (a, b) in lo.iter_mut().zip(hi.iter()) {
-            *a = a.max(*b);
+            *a = max_skip_nan(*a, *b);
         }
         half /= 2;
     }
-    rest.iter().fold(m[0], |a, v| a.max(v.abs()))
+    rest.iter().fold(m[0], |a, v| max_skip_nan(a, v.abs()))
+}
+
+/// `v` if it is greater than `m`, else `m`: a NaN `v` (which compares false) is skipped, on
+/// every target and for every NaN. `m` is never NaN here.
+#[inline(always)]
+fn max_skip_nan(m: f32, v: f32) -> f32 {
+    if v > m { v } else { m }
 }
 
 /// `round_clamped(y, 127.0)` in integer steps after one conversion, for FPUs where float
@@ -1413,6 +1425,15 @@ mod tests {
         }
         assert_eq!(abs_max(&[f32::NAN; 20]), 0.0);
         assert_eq!(abs_max(&[f32::NEG_INFINITY, 1.0]), f32::INFINITY);
+        // a signalling NaN (quiet bit clear) in a lane that already holds a maximum
+        let snan = f32::from_bits(0x7F80_0001);
+        let mut y = [0.5f32; 40];
+        y[3] = 9.0;
+        y[19] = snan;
+        y[35] = -snan;
+        assert_eq!(abs_max(&y), 9.0);
+        assert_eq!(abs_max(&y[..17]), 9.0);
+        assert_eq!(abs_max(&y[16..]), 0.5);
     }
 
     /// The quantizers' rounding equals `libm::roundf(y).clamp(-lim, lim)` on every float in

@@ -21,11 +21,12 @@ fn join(ids: &[serde_json::Value]) -> String {
     ids.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
 }
 
-/// The command line of the contract, on a fixture: the arrays equal transformers' within
-/// 1e-4 + 1e-4·|ref|, and trace.json lists the T tokens they cover.
+/// The command line of the contract, on GPT-2 and GPT-Neo fixtures (local layers whose rings
+/// wrap): the arrays equal transformers' within 1e-4 + 1e-4·|ref|, and trace.json lists the T
+/// tokens they cover.
 #[test]
 fn trace_writes_transformers_hidden_states_and_attentions() {
-    for case in ["tiny", "untied"] {
+    for case in ["tiny", "untied", "neo_alternating", "neo_local_fp16"] {
         let dir = root().join("tests/fixtures").join(case);
         let conv = host_tools::convert::convert(&dir, &Default::default()).unwrap();
         let tmp = std::env::temp_dir().join(format!("host-trace-cli-{case}-{}", std::process::id()));

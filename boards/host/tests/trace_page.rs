@@ -73,6 +73,88 @@ fn shown(s: &str) -> String {
 fn the_page_renders_every_heatmap_and_token_in_chromium() {
     let dir = tmp("default");
     let json = default_trace(&dir);
+    let dom = check_in_chromium(&dir, &json, "the_page_renders_every_heatmap_and_token_in_chromium");
+    if let Some(dom) = dom {
+        assert!(!dom.contains("class=\"ring\""), "a GPT-2 page draws no ring");
+    }
+}
+
+/// A GPT-Neo page (the `neo_alternating` fixture: layers 1 and 3 local with window 8, 24
+/// positions): every heatmap and token in Chromium, as for GPT-2; a local layer's heatmaps draw
+/// cells only inside the band (key within 8 positions back) and a global layer's outside it
+/// too; the KV panel draws the local layers' ring, its slots reused.
+#[test]
+fn a_gpt_neo_page_draws_bands_and_the_ring_in_chromium() {
+    let dir = tmp("neo");
+    let case = root().join("tests/fixtures/neo_alternating");
+    let conv = host_tools::convert::convert(&case, &Default::default()).unwrap();
+    let blob = dir.join("neo.blob");
+    std::fs::write(&blob, conv.blob).unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_host"))
+        .args(["trace", "--model"])
+        .arg(&blob)
+        .args(["--ids", "60,57,58,57,12", "-n", "19", "--greedy", "--out"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap();
+    assert_eq!(json["config"]["local_layers"], serde_json::json!([1, 3]));
+    assert_eq!(json["config"]["attn_window"], 8);
+    let (t, w) = (json["T"].as_u64().unwrap() as usize, 8usize);
+    assert_eq!(t, 24);
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    // heatmap cells (one `M{key} {query}h1v1h-1z` each; T = 24 draws every position)
+    for l in 0..4 {
+        let local = l % 2 == 1;
+        let mut outside = 0;
+        for h in 0..8 {
+            let at = html.find(&format!("data-layer=\"{l}\" data-head=\"{h}\"")).unwrap();
+            let svg = &html[at..at + html[at..].find("</svg>").unwrap()];
+            let cells = cells(svg);
+            assert!(cells.len() > t, "layer {l} head {h}: {} cells", cells.len());
+            for &(k, q) in &cells {
+                assert!(k <= q && q < t, "layer {l} head {h}: a cell at query {q}, key {k}");
+                if q - k >= w {
+                    outside += 1;
+                }
+            }
+        }
+        if local {
+            assert_eq!(outside, 0, "layer {l} is local: cells outside its window");
+        } else {
+            assert!(outside > 0, "layer {l} is global: no cell beyond the window");
+        }
+    }
+    // the ring: one map for layers 1 and 3, 8 slots; after the last step (positions 0..24) slot
+    // s holds position 16 + s, and the step wrote position 23 over 15
+    let at = html.find("<svg class=\"ring\"").expect("no ring map on the page");
+    let ring = &html[at..at + html[at..].find("</svg>").unwrap()];
+    assert!(ring.contains("data-layers=\"1, 3\" data-slots=\"8\""), "{}", &ring[..200]);
+    assert_eq!(html.matches("<svg class=\"ring\"").count(), 1);
+    assert!(ring.contains("decode 19 <tspan fill=\"#888\">23..24</tspan><title>slots 0..8 hold positions 16, 17, 18, 19, 20, 21, 22, 23</title>"), "{ring}");
+    assert!(ring.contains("fill=\"#f2a097\""), "no slot drawn as reused");
+    if let Some(dom) = check_in_chromium(&dir, &json, "a_gpt_neo_page_draws_bands_and_the_ring_in_chromium") {
+        assert_eq!(dom.matches("class=\"ring\"").count(), 2, "the ring's heading and map in the DOM");
+    }
+}
+
+/// `(key, query)` of every heatmap cell in `svg`.
+fn cells(svg: &str) -> Vec<(usize, usize)> {
+    svg.split('M')
+        .skip(1)
+        .filter_map(|c| {
+            let c = c.split_once("h1v1h-1z")?.0;
+            let (k, q) = c.split_once(' ')?;
+            Some((k.parse().ok()?, q.parse().ok()?))
+        })
+        .collect()
+}
+
+/// In the page of `dir` (trace.json `json`): no script or external resource, one heatmap per
+/// layer x head; then in headless Chromium: the same heatmaps and every token in the DOM, and a
+/// screenshot that is not blank. Returns the DOM (None: no Chromium, and not required).
+fn check_in_chromium(dir: &Path, json: &serde_json::Value, test: &str) -> Option<String> {
     let page = dir.join("index.html");
     let html = std::fs::read_to_string(&page).unwrap();
     let (layers, heads) = (json["config"]["n_layer"].as_u64().unwrap() as usize, json["config"]["n_head"].as_u64().unwrap() as usize);
@@ -87,8 +169,8 @@ fn the_page_renders_every_heatmap_and_token_in_chromium() {
         if std::env::var("GPT2_MCU_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
             panic!("GPT2_MCU_REQUIRE_CHROMIUM=1 but no chromium on PATH (apt-get install -y chromium)");
         }
-        eprintln!("\n*** SKIPPED the_page_renders_every_heatmap_and_token_in_chromium: no chromium on PATH (apt-get install -y chromium; CI sets GPT2_MCU_REQUIRE_CHROMIUM=1) ***\n");
-        return;
+        eprintln!("\n*** SKIPPED the browser part of {test}: no chromium on PATH (apt-get install -y chromium; CI sets GPT2_MCU_REQUIRE_CHROMIUM=1) ***\n");
+        return None;
     };
     // the DOM as Chromium built it
     let out = run_chromium(&bin, &page, &dir.join("profile-dom"), &["--dump-dom"]);
@@ -125,6 +207,7 @@ fn the_page_renders_every_heatmap_and_token_in_chromium() {
     let inked = lum.iter().filter(|&&l| l < 200.0).count() as f64 / lum.len() as f64;
     eprintln!("screenshot {}x{}: luminance mean {mean:.1}, variance {var:.1}, {:.1}% of pixels darker than 200", info.width, info.height, 100.0 * inked);
     assert!(var > 100.0 && inked > 0.02, "the screenshot looks blank: variance {var:.1}, {:.2}% inked", 100.0 * inked);
+    Some(dom)
 }
 
 /// The page of a large trace stays small: heatmap cells are capped (binned) and the sections
