@@ -49,8 +49,10 @@ fn main() {
         ("tok300-q4", blob(&tok_model, WeightDType::Q4)),
         ("neo-q8", blob(&fixtures.join("neo_alternating"), WeightDType::Q8)),
         ("tok300-pruned-q8", {
-            let keep = host_tools::prune::KeepVocab { text: "the theatre, then they thought: \"the other\"".into(), origin: "fuzz".into(), most_frequent: None };
-            let opts = ConvertOptions { dtype: WeightDType::Q8, group: 16, keep_vocab: Some(keep), ..ConvertOptions::default() };
+            let text = "the theatre, then they thought: \"the other\"".into();
+            let keep = host_tools::prune::KeepVocab { text, origin: "fuzz".into(), most_frequent: None };
+            let opts =
+                ConvertOptions { dtype: WeightDType::Q8, group: 16, keep_vocab: Some(keep), ..ConvertOptions::default() };
             convert(&tok_model, &opts).unwrap_or_else(|e| panic!("convert --keep-vocab: {e:#}")).blob
         }),
     ];
