@@ -3,7 +3,9 @@
 //!
 //! - blobs: the `tiny` and `untied` fixtures (f32, q8), a 2-layer random model with a
 //!   300-token tokenizer (the first 44 GPT-2 merges, `tokenizer-300/`) in f16 and q4, and the
-//!   GPT-Neo fixture `neo_alternating` in q8 (local layers with a window of 8, no q/k/v biases);
+//!   GPT-Neo fixture `neo_alternating` in q8 (local layers with a window of 8, no q/k/v biases),
+//!   and the 300-token model with its vocabulary pruned (`convert --keep-vocab`: a
+//!   source-vocabulary section, a pruned tokenizer) in q8;
 //! - tokenizer sections: the GPT-2 tokenizer (`tests/fixtures/gpt2-tokenizer`) and the
 //!   300-token one.
 //!
@@ -46,6 +48,13 @@ fn main() {
         ("tok300-f16", blob(&tok_model, WeightDType::F16)),
         ("tok300-q4", blob(&tok_model, WeightDType::Q4)),
         ("neo-q8", blob(&fixtures.join("neo_alternating"), WeightDType::Q8)),
+        ("tok300-pruned-q8", {
+            let text = "the theatre, then they thought: \"the other\"".into();
+            let keep = host_tools::prune::KeepVocab { text, origin: "fuzz".into(), most_frequent: None };
+            let opts =
+                ConvertOptions { dtype: WeightDType::Q8, group: 16, keep_vocab: Some(keep), ..ConvertOptions::default() };
+            convert(&tok_model, &opts).unwrap_or_else(|e| panic!("convert --keep-vocab: {e:#}")).blob
+        }),
     ];
     let sections: Vec<(&str, Vec<u8>)> = vec![
         ("gpt2", pack_from_dir(&fixtures.join("gpt2-tokenizer")).expect("pack gpt2").expect("gpt2 tokenizer files")),

@@ -10,11 +10,11 @@ out_dir="$(dirname "$(ls -t "$target_dir"/*/release/build/runtime-fuzz-*/out/bas
 c=corpus
 mkdir -p $c/blob $c/tokenizer_encode $c/tokenizer_decode $c/tokenizer_section $c/sampler $c/console
 
-# blob: raw mode (mode % 4 == 0), then edit mode on each of the 6 base blobs (mode = 4·base + 1)
+# blob: raw mode (mode % 4 == 0), then edit mode on each of the 7 base blobs (mode = 4·base + 1)
 printf '\x00' > $c/blob/raw-empty
 { printf '\x00GPT2MCU\x00\x01\x00\x00\x00'; head -c 20 /dev/zero; } > $c/blob/raw-preamble-only
 { printf '\x00'; cat "$out_dir/tok300-q4.blob"; } > $c/blob/raw-tok300-q4
-for base in 0 1 2 3 4 5; do
+for base in 0 1 2 3 4 5 6; do
   printf "\\x$(printf %02x $((4 * base + 1)))" > $c/blob/base-$base
 done
 # set one header byte, xor one data byte, then cut the blob at 3/4 of its length

@@ -4,7 +4,7 @@
 //! - mode % 4 == 0: the rest is the blob, copied into 16-byte aligned memory and given to both
 //!   `from_blob` and `from_blob_prechecked` (which skips the CRC, so random bytes reach the
 //!   header decoder and the tensor-table checks);
-//! - otherwise: byte edits (see `common.rs`) on base blob number `mode / 4 % 5` (a converted
+//! - otherwise: byte edits (see `common.rs`) on base blob number `mode / 4 % 7` (a converted
 //!   fixture); then, when mode bit 7 is set, the CRC is recomputed and `from_blob` runs, else
 //!   `from_blob_prechecked` (the same checks without the CRC pass): either way the corruption
 //!   reaches the structural checks.

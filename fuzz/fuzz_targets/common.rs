@@ -119,6 +119,16 @@ pub fn exercise(model: &Model<'_>, knob: u8) {
         let _ = model.layer(l);
     }
     let v = cfg.vocab_size;
+    // the source vocabulary (a pruned blob's ids back to the checkpoint's; else the identity)
+    for id in 0..v.min(512) {
+        let src = model.source_id(id).expect("every token has a source id");
+        assert!(src < model.source_vocab_size());
+        assert_eq!(model.id_from_source(src), Some(id));
+    }
+    assert_eq!((model.source_id(v), model.id_from_source(model.source_vocab_size())), (None, None));
+    if !model.is_pruned() {
+        assert_eq!((model.source_vocab_size(), model.source_id(v - 1)), (v, Some(v - 1)));
+    }
     let kv = [KvDType::F32, KvDType::F16, KvDType::I8][usize::from(knob % 3)];
     let capacity = cfg.n_ctx().min(4);
     let batch = 1 + usize::from(knob >> 2 & 3);

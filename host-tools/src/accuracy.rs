@@ -142,3 +142,101 @@ pub fn table(rows: &[Row]) -> String {
     }
     s
 }
+
+/// One model of the pruning comparison.
+#[derive(Debug, Clone)]
+pub struct PruneRow {
+    /// `full f32`, `pruned q8`, …
+    pub model: String,
+    /// Tokens in its vocabulary.
+    pub vocab: usize,
+    /// Blob size in bytes.
+    pub blob_bytes: usize,
+    /// Tokens of the text in its own encoding.
+    pub tokens: usize,
+    /// Whether its encoding of the text is the full model's (through the source ids): true for
+    /// text made of kept tokens.
+    pub same_encoding: bool,
+    /// Sum of NLL over the scored tokens (every token but the first), nats.
+    pub nll_sum: f64,
+    /// Tokens scored.
+    pub scored: usize,
+    /// Bytes of the scored tokens.
+    pub scored_bytes: usize,
+}
+
+/// Pruned (`--keep-vocab`, f32/q8/q4) against full (f32) on `text`: each model encodes the text
+/// (the bytes of the full encoding's first `max_tokens` tokens) with its own tokenizer and is
+/// scored with the sliding window of `host perplexity`. Per-token perplexities of different
+/// encodings are not comparable; nats per byte are.
+pub fn measure_pruning(hf_dir: &Path, text: &str, keep: &crate::prune::KeepVocab, window: Option<usize>, max_tokens: usize, group: usize) -> Result<Vec<PruneRow>> {
+    let full_conv = convert(hf_dir, &ConvertOptions { group, ..ConvertOptions::default() })?;
+    let full_file = BlobFile::from_bytes(&full_conv.blob);
+    let full = full_file.model()?;
+    let tok = full.tokenizer().context("the checkpoint has no tokenizer (vocab.json + merges.txt) to encode the text")?;
+    let full_ids = encode(tok, text)?;
+    let n_bytes: usize = full_ids.iter().take(max_tokens).map(|&id| tok.token_bytes(id).map_or(0, <[u8]>::len)).sum();
+    let cut = (0..=n_bytes.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let text = &text[..cut];
+    let full_ids = encode(tok, text)?;
+    let window = window.unwrap_or(full.config().n_ctx()).min(full.config().n_ctx());
+    let mut rows = vec![score("full f32", &full, &full_ids, true, full_conv.blob.len(), window)?];
+    for dtype in [WeightDType::F32, WeightDType::Q8, WeightDType::Q4] {
+        let conv = convert(hf_dir, &ConvertOptions { dtype, group, keep_vocab: Some(keep.clone()), ..ConvertOptions::default() })?;
+        let file = BlobFile::from_bytes(&conv.blob);
+        let model = file.model()?;
+        let ids = encode(model.tokenizer().context("the pruned blob has no tokenizer")?, text)?;
+        let as_source: Vec<u32> = ids.iter().filter_map(|&id| model.source_id(id)).collect();
+        let name = format!("pruned {}", format!("{dtype:?}").to_lowercase());
+        rows.push(score(&name, &model, &ids, as_source == full_ids, conv.blob.len(), window)?);
+    }
+    Ok(rows)
+}
+
+fn encode(tok: &runtime::tokenizer::Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
+    let mut ids = vec![0u32; text.len().max(1)];
+    let n = tok.encode(text, &mut ids)?;
+    ids.truncate(n);
+    Ok(ids)
+}
+
+fn score(name: &str, model: &runtime::Model<'_>, ids: &[u32], same_encoding: bool, blob_bytes: usize, window: usize) -> Result<PruneRow> {
+    anyhow::ensure!(ids.len() >= 2, "the text has {} tokens; scoring needs at least 2", ids.len());
+    let p = crate::eval::perplexity(model, ids, window.max(2), KvDType::F32)?;
+    let tok = model.tokenizer().context("no tokenizer")?;
+    let scored_bytes = ids.iter().skip(1).map(|&id| tok.token_bytes(id).map_or(0, <[u8]>::len)).sum();
+    Ok(PruneRow {
+        model: name.to_string(),
+        vocab: model.config().vocab_size(),
+        blob_bytes,
+        tokens: ids.len(),
+        same_encoding,
+        nll_sum: p.nll_sum,
+        scored: p.tokens,
+        scored_bytes,
+    })
+}
+
+/// Renders the pruning comparison as a Markdown table (nats per byte relative to the first row).
+pub fn pruning_table(rows: &[PruneRow]) -> String {
+    let mut s = String::new();
+    let per_byte = |r: &PruneRow| r.nll_sum / r.scored_bytes.max(1) as f64;
+    let base = rows.first().map_or(1.0, per_byte);
+    let _ = writeln!(s, "| model | vocab | blob bytes | tokens of the text | same tokens as full | perplexity (per token) | nats/byte | vs full |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---|---:|---:|---:|");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {:.4} | {:.5} | {:+.2}% |",
+            r.model,
+            r.vocab,
+            r.blob_bytes,
+            r.tokens,
+            if r.same_encoding { "yes" } else { "no" },
+            (r.nll_sum / r.scored.max(1) as f64).exp(),
+            per_byte(r),
+            (per_byte(r) / base - 1.0) * 100.0
+        );
+    }
+    s
+}

@@ -6,7 +6,8 @@
 //! taken as they are, with its three bias-free `q_proj`, `k_proj`, `v_proj` stacked into the
 //! rows of one `attn.c_attn` (q | k | v, as GPT-2's) and `out_proj` as `attn.c_proj`, an untied
 //! `lm_head.weight` kept only when the config says the head is not tied, `wpe` cut to `--ctx`
-//! rows.
+//! rows, and with `--keep-vocab` only the kept tokens' rows of `wte` / `lm_head` and a pruned
+//! tokenizer ([`crate::prune`]).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -18,6 +19,7 @@ use runtime::config::Arch;
 
 use crate::blob_writer::{f16_bytes, f32_bytes, write_blob, BlobContents, TensorData};
 use crate::hf::{read_config, Checkpoint};
+use crate::prune::{keep_rows, keep_set, prune_tables, KeepSet, KeepVocab};
 
 /// Weight dtype for the blob's matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -49,11 +51,13 @@ pub struct ConvertOptions {
     /// Matrices kept in f32 whatever `dtype` says, by name (`wte`, `wpe`, `lm_head`,
     /// `attn.c_attn`, `attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`).
     pub keep_f32: Vec<String>,
+    /// `--keep-vocab FILE [--vocab-size N]`: prune the vocabulary to what FILE needs.
+    pub keep_vocab: Option<KeepVocab>,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        Self { dtype: WeightDType::F32, ctx: None, progress: false, source_name: None, group: 32, keep_f32: Vec::new() }
+        Self { dtype: WeightDType::F32, ctx: None, progress: false, source_name: None, group: 32, keep_f32: Vec::new(), keep_vocab: None }
     }
 }
 
@@ -94,6 +98,56 @@ pub struct Converted {
     pub config: runtime::Config,
     /// Whether a tokenizer was packed.
     pub has_tokenizer: bool,
+    /// With `--keep-vocab`: what was kept and what it saved.
+    pub pruning: Option<Pruned>,
+}
+
+/// What pruning kept and saved.
+#[derive(Debug, Clone)]
+pub struct Pruned {
+    /// The kept tokens and how they came about.
+    pub keep: KeepSet,
+    /// Tokens of the source vocabulary (the model's `vocab_size` before pruning).
+    pub source_vocab_size: u32,
+    /// Bytes of the dropped rows of `wte` (and `lm_head`), at the blob's dtype.
+    pub embedding_bytes_saved: u64,
+    /// Bytes of the full and of the pruned tokenizer section.
+    pub tokenizer_bytes: (u64, u64),
+    /// Merges of the full and of the pruned table.
+    pub merges: (usize, usize),
+}
+
+impl Pruned {
+    /// Bytes the blob is smaller than without pruning: rows and tokenizer, less the source-id
+    /// table (4 bytes a kept token); up to 64 bytes of alignment padding either way.
+    pub fn bytes_saved(&self) -> i64 {
+        let (full, pruned) = self.tokenizer_bytes;
+        self.embedding_bytes_saved as i64 + full as i64 - pruned as i64 - 4 * self.keep.kept.len() as i64
+    }
+
+    /// One line for `convert`'s output.
+    pub fn summary(&self, origin: &str) -> String {
+        let k = &self.keep;
+        let coverage = if k.selected < k.distinct {
+            format!("the {} most frequent of its {} distinct tokens (covering {:.2}% of its {} tokens)", k.selected, k.distinct, 100.0 * k.covered_tokens as f64 / k.text_tokens.max(1) as f64, k.text_tokens)
+        } else {
+            format!("all {} distinct tokens of its {} tokens", k.distinct, k.text_tokens)
+        };
+        format!(
+            "vocabulary pruned to {} of {} tokens: {origin}: {coverage}, the 256 byte tokens, {} special(s), {} more for the merge closure; merges {} of {}; saves about {} bytes (embedding rows {}, tokenizer {} -> {}, source-id table -{})",
+            k.kept.len(),
+            self.source_vocab_size,
+            k.specials.len(),
+            k.closure_only,
+            self.merges.1,
+            self.merges.0,
+            self.bytes_saved(),
+            self.embedding_bytes_saved,
+            self.tokenizer_bytes.0,
+            self.tokenizer_bytes.1,
+            4 * k.kept.len()
+        )
+    }
 }
 
 /// Where a blob tensor comes from in the checkpoint: the key suffixes (after `transformer.` and
@@ -174,6 +228,33 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     }
     let (c, inner, v) = (config.n_embd(), config.n_inner(), config.vocab_size());
 
+    // The tokenizer, and with --keep-vocab the kept tokens (which decide wte's rows).
+    let tables = crate::tokenizer_pack::tables_from_dir(dir)?;
+    let full_section = tables.as_ref().map(|t| t.section()).transpose()?;
+    let mut pruning = None;
+    let tokenizer = match (&opts.keep_vocab, &tables, &full_section) {
+        (None, _, section) => section.clone(),
+        (Some(keep), Some(tables), Some(section)) => {
+            let full = runtime::tokenizer::Tokenizer::from_bytes(section).map_err(|e| anyhow::anyhow!("internal error: the packed tokenizer does not load: {e}"))?;
+            let ks = keep_set(tables, &full, keep, &[config.bos_token_id, config.eos_token_id], config.vocab_size)?;
+            let pruned = prune_tables(tables, &ks)?;
+            let section_out = pruned.section()?;
+            let new = |id: u32, what: &str| ks.new_id(id).with_context(|| format!("internal error: {what} {id} was not kept"));
+            config.bos_token_id = new(config.bos_token_id, "bos_token_id")?;
+            config.eos_token_id = new(config.eos_token_id, "eos_token_id")?;
+            config.vocab_size = ks.kept.len() as u32;
+            pruning = Some(Pruned {
+                source_vocab_size: v as u32,
+                embedding_bytes_saved: 0,
+                tokenizer_bytes: (section.len() as u64, section_out.len() as u64),
+                merges: (tables.merges.len(), pruned.merges.len()),
+                keep: ks,
+            });
+            Some(section_out)
+        }
+        (Some(keep), _, _) => bail!("--keep-vocab {}: the checkpoint has no tokenizer (vocab.json + merges.txt or tokenizer.json) to encode it with", keep.origin),
+    };
+
     let untied = !hf.tie_word_embeddings;
     if untied && !ckpt.contains("lm_head.weight") {
         bail!("config.json says tie_word_embeddings = false but tensor lm_head.weight is missing");
@@ -216,6 +297,10 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
             data.extend(t.data);
         }
         let parts = src.suffixes.len();
+        let pruned_rows = matches!(role, Role::Wte | Role::LmHead) && pruning.is_some();
+        if let (Some(p), true) = (&pruning, pruned_rows) {
+            data = keep_rows(&data, c, &p.keep);
+        }
         let (rows, cols) = match role {
             Role::Wpe => {
                 data.truncate(config.n_ctx() * c);
@@ -226,11 +311,12 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
                 data = transpose(&data, i, o);
                 (o, i)
             }
+            Role::Wte | Role::LmHead => (data.len() / c, c),
             _ if expected.len() == 2 => (parts * expected[0], expected[1]),
             _ => (parts * expected[0], 1),
         };
-        let keep = opts.keep_f32.iter().any(|k| role.hf_suffix().starts_with(k.as_str()));
-        let (dtype, bytes) = match (role.is_matrix() && !keep, opts.dtype) {
+        let keep_f32 = opts.keep_f32.iter().any(|k| role.hf_suffix().starts_with(k.as_str()));
+        let (dtype, bytes) = match (role.is_matrix() && !keep_f32, opts.dtype) {
             (true, WeightDType::F16) => (DType::F16, f16_bytes(&data)),
             (true, q @ (WeightDType::Q8 | WeightDType::Q4)) => {
                 let four = q == WeightDType::Q4;
@@ -247,6 +333,10 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
             }
             _ => (DType::F32, f32_bytes(&data)),
         };
+        if let (Some(p), true) = (pruning.as_mut(), pruned_rows) {
+            let full = dtype.data_len(v as u64, cols as u64).unwrap_or(0);
+            p.embedding_bytes_saved += full.saturating_sub(bytes.len() as u64);
+        }
         tensors.push(TensorData { role, layer, dtype, shape: [rows as u32, cols as u32], bytes });
         bar.inc(1);
     }
@@ -265,7 +355,6 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
         notes.push(format!("ignored {} tensor(s) not part of {family}: {}", ignored.len(), ignored.join(", ")));
     }
 
-    let tokenizer = crate::tokenizer_pack::pack_from_dir(dir)?;
     let source = opts.source_name.clone().unwrap_or_else(|| {
         dir.canonicalize()
             .ok()
@@ -280,8 +369,8 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
         provenance: Provenance { source: &source, source_dtype: &source_dtype, converter },
         tensors,
         tokenizer,
-        source_vocab: None,
+        source_vocab: pruning.as_ref().map(|p| (p.source_vocab_size, p.keep.kept.clone())),
     };
     let blob = write_blob(&contents)?;
-    Ok(Converted { blob, notes, config, has_tokenizer })
+    Ok(Converted { blob, notes, config, has_tokenizer, pruning })
 }

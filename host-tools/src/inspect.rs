@@ -45,6 +45,7 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     if let Some(src) = header.source_vocab {
         writeln!(s, "  vocabulary pruned: {} of the source vocabulary's {} tokens kept", cfg.vocab_size, src.vocab_size)?;
     }
+    let mut head_rows: Vec<TensorEntry> = Vec::new(); // wte and an untied lm_head
 
     writeln!(s, "\ntensors ({}):", header.n_tensors)?;
     writeln!(s, "  {:<28} {:<9} {:>14} {:>12} {:>12}  quant. error (est. RMS / RMS)", "name", "dtype", "shape", "offset", "bytes")?;
@@ -60,6 +61,9 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
         let qerr = quant_error(bytes, &e).map_or(String::new(), |r| format!("{:.3}%", r * 100.0));
         writeln!(s, "  {:<28} {:<9} {:>14} {:>12} {:>12}  {}", name, dtype, shape, e.data.offset, e.data.len, qerr)?;
         params += e.shape[0] as u64 * e.shape[1] as u64;
+        if matches!(e.role, runtime::blob::Role::Wte | runtime::blob::Role::LmHead) {
+            head_rows.push(e);
+        }
         if e.role.is_layer() {
             layers += e.data.len;
         } else if matches!(e.role, runtime::blob::Role::Wte | runtime::blob::Role::Wpe | runtime::blob::Role::LmHead) {
@@ -70,15 +74,35 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     }
     let header_bytes = blob::PREAMBLE_LEN as u64 + pre.header_len as u64;
     let tok = header.tokenizer.map_or(0, |t| t.len);
-    let padding = pre.file_len - header_bytes - emb - layers - other - tok;
+    let source_ids = header.source_vocab.map_or(0, |v| v.ids.len);
+    let padding = pre.file_len - header_bytes - emb - layers - other - tok - source_ids;
     writeln!(s, "\nbytes per section:")?;
     writeln!(s, "  preamble + header + table {header_bytes:>12}")?;
     writeln!(s, "  embeddings (wte, wpe, head) {emb:>10}")?;
     writeln!(s, "  transformer blocks        {layers:>12}")?;
     writeln!(s, "  final layer norm          {other:>12}")?;
     writeln!(s, "  tokenizer                 {tok:>12}{}", if header.tokenizer.is_none() { "  (none: use --ids)" } else { "" })?;
+    if header.source_vocab.is_some() {
+        writeln!(s, "  source ids (pruned vocab) {source_ids:>12}")?;
+    }
     writeln!(s, "  alignment padding         {padding:>12}")?;
     writeln!(s, "  parameters                {params:>12}")?;
+
+    if let Some(src) = header.source_vocab {
+        let dropped = src.vocab_size.saturating_sub(cfg.vocab_size);
+        writeln!(s, "\nvocabulary (pruned by convert --keep-vocab):")?;
+        writeln!(s, "  source vocabulary         {:>12} tokens", src.vocab_size)?;
+        writeln!(s, "  kept                      {:>12} tokens ({dropped} dropped, {:.1}% kept)", cfg.vocab_size, 100.0 * cfg.vocab_size as f64 / src.vocab_size.max(1) as f64)?;
+        let mut saved = 0u64;
+        for e in &head_rows {
+            let full = e.dtype.data_len(src.vocab_size as u64, e.shape[1] as u64).unwrap_or(0);
+            let row = full.saturating_sub(e.data.len) / u64::from(dropped.max(1));
+            writeln!(s, "  {:<25} {:>12} bytes saved ({dropped} rows of ~{row} B, {})", format!("{} rows dropped", e.role.hf_name(0)), full.saturating_sub(e.data.len), e.dtype.name())?;
+            saved += full.saturating_sub(e.data.len);
+        }
+        writeln!(s, "  source-id table           {:>12} bytes spent (4 per kept token)", source_ids)?;
+        writeln!(s, "  saved in the weights      {:>12} bytes net; the tokenizer shrinks too (to {tok} B here; convert prints the full one's size)", saved as i64 - source_ids as i64)?;
+    }
 
     let ctx = ctx.unwrap_or(cfg.n_ctx as usize).min(cfg.n_ctx as usize);
     let sizes = SessionSizes::new(&cfg, ctx, 1);

@@ -10,6 +10,7 @@ pub mod hf;
 pub mod inspect;
 pub mod npy;
 pub mod plan;
+pub mod prune;
 pub mod random;
 pub mod tokenizer_pack;
 pub mod trace;

@@ -61,6 +61,15 @@ enum Cmd {
         /// attn.c_proj, mlp.c_fc, mlp.c_proj.
         #[arg(long, value_delimiter = ',')]
         keep_f32: Vec<String>,
+        /// Prune the vocabulary to what this UTF-8 text needs: every token of its encoding by the
+        /// full tokenizer, the 256 byte tokens, the special tokens (bos, eos, added tokens) and
+        /// the tokens BPE builds them from. Other texts still encode, through shorter tokens.
+        #[arg(long, value_name = "FILE")]
+        keep_vocab: Option<PathBuf>,
+        /// With --keep-vocab: keep only the N most frequent tokens of FILE's encoding (the byte
+        /// tokens, specials and the merge closure come on top of N; the total is printed).
+        #[arg(long, value_name = "N", requires = "keep_vocab")]
+        vocab_size: Option<usize>,
     },
     /// Print a blob's config, tensor table, bytes per section and checksum status.
     Inspect {
@@ -98,7 +107,7 @@ enum Cmd {
     },
     /// Measure what each weight dtype (f32, f16, q8, q4) and KV-cache dtype (f32, f16, int8)
     /// costs against f32 on a text: perplexity, top-1 agreement, KL divergence, max logit
-    /// error. Prints a Markdown table.
+    /// error. Prints a Markdown table; with --keep-vocab a second one, pruned vs full.
     Accuracy {
         /// Checkpoint directory (with a tokenizer).
         hf_dir: PathBuf,
@@ -114,6 +123,14 @@ enum Cmd {
         /// Quantization group.
         #[arg(long, default_value_t = 32)]
         group: usize,
+        /// Also convert with `convert --keep-vocab FILE` (f32, q8, q4) and compare the pruned
+        /// models with the full f32 one on the text: perplexity per token and per byte, each
+        /// model encoding the text with its own tokenizer.
+        #[arg(long, value_name = "FILE")]
+        keep_vocab: Option<PathBuf>,
+        /// With --keep-vocab: as `convert --vocab-size`.
+        #[arg(long, value_name = "N", requires = "keep_vocab")]
+        vocab_size: Option<usize>,
     },
     /// Write a random-initialised GPT-2 or GPT-Neo checkpoint in the Hugging Face layout
     /// (transformers' `from_pretrained` loads it). The flags override the preset's numbers.
@@ -158,15 +175,20 @@ enum Cmd {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Convert { hf_dir, out, dtype, ctx, group, keep_f32 } => {
+        Cmd::Convert { hf_dir, out, dtype, ctx, group, keep_f32, keep_vocab, vocab_size } => {
             const NAMES: [&str; 7] = ["wte", "wpe", "lm_head", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"];
             if let Some(bad) = keep_f32.iter().find(|k| !NAMES.contains(&k.as_str())) {
                 anyhow::bail!("--keep-f32 {bad:?}: expected some of {}", NAMES.join(", "));
             }
-            let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None, group, keep_f32 };
+            let keep_vocab = keep_vocab.map(|f| read_keep_vocab(&f, vocab_size)).transpose()?;
+            let origin = keep_vocab.as_ref().map(|k| k.origin.clone());
+            let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None, group, keep_f32, keep_vocab };
             let conv = convert(&hf_dir, &opts)?;
             for note in &conv.notes {
                 eprintln!("note: {note}");
+            }
+            if let (Some(p), Some(origin)) = (&conv.pruning, origin) {
+                eprintln!("{}", p.summary(&origin));
             }
             std::fs::write(&out, &conv.blob).with_context(|| format!("cannot write {}", out.display()))?;
             let c = conv.config;
@@ -207,11 +229,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Cmd::Accuracy { hf_dir, text, ctx, max_tokens, group } => {
+        Cmd::Accuracy { hf_dir, text, ctx, max_tokens, group, keep_vocab, vocab_size } => {
             let t = std::fs::read_to_string(&text).with_context(|| format!("cannot read {}", text.display()))?;
+            let keep_vocab = keep_vocab.map(|f| read_keep_vocab(&f, vocab_size)).transpose()?;
             let (rows, scored, window) = host_tools::accuracy::measure(&hf_dir, &t, ctx, max_tokens, group)?;
             println!("{} tokens scored from {} (window {window}, stride {}), quantization group {group}\n", scored, text.display(), window / 2);
             print!("{}", host_tools::accuracy::table(&rows));
+            if let Some(keep) = keep_vocab {
+                let rows = host_tools::accuracy::measure_pruning(&hf_dir, &t, &keep, ctx, max_tokens, group)?;
+                println!("\nvocabulary pruned with --keep-vocab {}{}: each model encodes the text with its own tokenizer, the first {max_tokens} tokens of the full encoding's bytes\n", keep.origin, keep.most_frequent.map_or(String::new(), |n| format!(" --vocab-size {n}")));
+                print!("{}", host_tools::accuracy::pruning_table(&rows));
+            }
         }
         Cmd::Random { out, preset, arch, n_layer, n_embd, n_head, n_inner, vocab, n_ctx, window, attention, seed } => {
             let base = match (preset.as_deref().and_then(RandomShape::preset), arch) {
@@ -260,6 +288,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--keep-vocab FILE [--vocab-size N]`.
+fn read_keep_vocab(file: &std::path::Path, most_frequent: Option<usize>) -> Result<host_tools::prune::KeepVocab> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("--keep-vocab: cannot read {} as UTF-8 text", file.display()))?;
+    Ok(host_tools::prune::KeepVocab { text, origin: file.display().to_string(), most_frequent })
 }
 
 fn main() -> ExitCode {

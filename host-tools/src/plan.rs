@@ -108,6 +108,10 @@ pub struct ModelFlash {
     pub n_tensors: u32,
     /// Tokenizer section (0 without one).
     pub tokenizer: u64,
+    /// Source-vocabulary ids of a pruned vocabulary (0 without pruning).
+    pub source_ids: u64,
+    /// For a pruned vocabulary: (tokens kept, tokens of the source vocabulary).
+    pub pruned: Option<(u32, u32)>,
     /// Preamble, header and tensor table.
     pub header: u64,
     /// The blob's alignment padding plus the rounding of `.model` to the firmware's alignment.
@@ -360,6 +364,9 @@ impl Plan {
                             row(&mut s, 4, "model blob (.model)", m.placed);
                             row(&mut s, 6, &format!("weights ({} tensors)", m.n_tensors), m.weights);
                             row(&mut s, 6, "tokenizer", m.tokenizer);
+                            if let Some((kept, of)) = m.pruned {
+                                row(&mut s, 6, &format!("source ids ({kept} of {of} tokens kept)"), m.source_ids);
+                            }
                             row(&mut s, 6, "header + tensor table", m.header);
                             row(&mut s, 6, "alignment padding", m.padding);
                         }
@@ -485,6 +492,7 @@ fn model_flash(bytes: &[u8]) -> Result<ModelFlash> {
     }
     let header_bytes = (blob::PREAMBLE_LEN + pre.header_len as usize) as u64;
     let tokenizer = header.tokenizer.map_or(0, |t| t.len);
+    let source_ids = header.source_vocab.map_or(0, |v| v.ids.len);
     // The firmware wraps the blob in `Aligned` (`#[repr(align(64))]`), whose size is a multiple
     // of its alignment: that is the `.model` section the linker places.
     let align = align_of::<firmware_common::Aligned<[u8; 1]>>() as u64;
@@ -493,8 +501,10 @@ fn model_flash(bytes: &[u8]) -> Result<ModelFlash> {
         weights,
         n_tensors: header.n_tensors,
         tokenizer,
+        source_ids,
+        pruned: header.source_vocab.map(|v| (header.config.vocab_size, v.vocab_size)),
         header: header_bytes,
-        padding: placed.saturating_sub(weights + tokenizer + header_bytes),
+        padding: placed.saturating_sub(weights + tokenizer + source_ids + header_bytes),
         blob: pre.file_len,
         placed,
     })

@@ -83,9 +83,15 @@ pub struct BpeFiles {
 /// Looks for tokenizer files in `dir` and packs them: `vocab.json` + `merges.txt` first (plus
 /// `added_tokens.json` if present), else `tokenizer.json`. `Ok(None)` if there are none.
 pub fn pack_from_dir(dir: &Path) -> Result<Option<Vec<u8>>> {
+    tables_from_dir(dir)?.map(|t| t.section().with_context(|| format!("packing the tokenizer in {}", dir.display()))).transpose()
+}
+
+/// The tokenizer files in `dir` (as [`pack_from_dir`] finds them) as tables by id, not yet
+/// packed. `Ok(None)` if there are none.
+pub fn tables_from_dir(dir: &Path) -> Result<Option<BpeTables>> {
     match load_from_dir(dir)? {
         Some(files) => {
-            Ok(Some(pack_files(&files).with_context(|| format!("packing the tokenizer in {}", dir.display()))?))
+            Ok(Some(BpeTables::from_files(&files).with_context(|| format!("packing the tokenizer in {}", dir.display()))?))
         }
         None => Ok(None),
     }
@@ -248,78 +254,108 @@ pub fn pack(vocab: &HashMap<String, u32>, merges: &[(String, String)]) -> Result
 
 /// Packs [`BpeFiles`] into a tokenizer section.
 pub fn pack_files(files: &BpeFiles) -> Result<Vec<u8>> {
-    let map = unicode_to_bytes();
+    BpeTables::from_files(files)?.section()
+}
 
-    // Ids -> bytes. vocab_size is the largest id + 1; ids no token uses decode to nothing.
-    let max_id = files.vocab.values().chain(files.added.iter().map(|(_, id)| id)).max().copied();
-    let vocab_size = max_id.ok_or_else(|| anyhow!("the vocab is empty"))? as usize + 1;
-    let n_keys = files.vocab.len() + files.added.len();
-    ensure!(
-        vocab_size <= 2 * n_keys + 1024,
-        "the largest token id is {} but there are only {n_keys} tokens: the ids are far from dense",
-        vocab_size - 1
-    );
-    let mut names: Vec<Option<&str>> = vec![None; vocab_size];
-    let mut tokens: Vec<Vec<u8>> = vec![Vec::new(); vocab_size];
-    let mut keys: Vec<(&String, &u32)> = files.vocab.iter().collect();
-    keys.sort_by_key(|&(_, &id)| id);
-    for (key, &id) in keys {
-        if let Some(other) = names[id as usize] {
-            bail!("vocab tokens {other:?} and {key:?} both have id {id}");
-        }
-        names[id as usize] = Some(key);
-        tokens[id as usize] = key_to_bytes(key, &map);
-    }
-    // Added tokens are stored literally (Hugging Face matches and decodes them as plain text).
-    for (content, id) in &files.added {
-        match names[*id as usize] {
-            Some(other) if other != content => {
-                bail!("added token {content:?} has id {id}, which the vocab gives to {other:?}")
-            }
-            _ => {}
-        }
-        names[*id as usize] = Some(content);
-        tokens[*id as usize] = content.as_bytes().to_vec();
-    }
+/// A byte-level BPE by ids: exactly what a tokenizer section holds, before it is packed (and
+/// what [`crate::prune`] cuts down to a kept vocabulary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BpeTables {
+    /// `tokens[id]`: the bytes of each token (empty for an id no token uses). (V,)
+    pub tokens: Vec<Vec<u8>>,
+    /// `byte_to_id[b]`: the token of the single byte `b`. (256,)
+    pub byte_to_id: Vec<u32>,
+    /// `[left, right, rank, result]` in rank order (`merges[r][2] == r`). (M, 4)
+    pub merges: Vec<[u32; 4]>,
+    /// Ids of the added (special) tokens, stored literally (e.g. `<|endoftext|>` in a
+    /// `tokenizer.json`); GPT-2's `vocab.json` holds its `<|endoftext|>` as an ordinary key.
+    pub added: Vec<u32>,
+}
 
-    // The 256 byte tokens: byte-level BPE starts every piece from them.
-    let byte_to_id: Vec<u32> = bytes_to_unicode()
-        .iter()
-        .enumerate()
-        .map(|(byte, &c)| {
-            files.vocab.get(&c.to_string()).copied().ok_or_else(|| {
-                anyhow!(
-                    "the vocab has no token for byte {byte:#04x} (key {:?}); byte-level BPE needs all 256",
-                    c.to_string()
-                )
-            })
-        })
-        .collect::<Result<_>>()?;
+impl BpeTables {
+    /// The tables of [`BpeFiles`] (vocab keys turned into bytes, merges into ids), checked: every
+    /// merge's parts and result are in the vocab and the result's bytes are the parts' bytes.
+    pub fn from_files(files: &BpeFiles) -> Result<Self> {
+        let map = unicode_to_bytes();
 
-    // Merges: ids of both parts and of the result (the parts' keys concatenated).
-    let mut merges: Vec<[u32; 4]> = Vec::with_capacity(files.merges.len());
-    let mut origin_of: HashMap<(u32, u32), &str> = HashMap::with_capacity(files.merges.len());
-    for (rank, merge) in files.merges.iter().enumerate() {
-        let describe = || format!("{} ({:?} + {:?})", merge.origin, merge.left, merge.right);
-        let id_of = |key: &str, what: &str| {
-            files.vocab.get(key).copied().ok_or_else(|| anyhow!("{}: {what} {key:?} is not in the vocab", describe()))
-        };
-        let left = id_of(&merge.left, "left part")?;
-        let right = id_of(&merge.right, "right part")?;
-        let result_key = format!("{}{}", merge.left, merge.right);
-        let result = id_of(&result_key, "result")?;
-        let (l, r, res) = (&tokens[left as usize], &tokens[right as usize], &tokens[result as usize]);
+        // Ids -> bytes. vocab_size is the largest id + 1; ids no token uses decode to nothing.
+        let max_id = files.vocab.values().chain(files.added.iter().map(|(_, id)| id)).max().copied();
+        let vocab_size = max_id.ok_or_else(|| anyhow!("the vocab is empty"))? as usize + 1;
+        let n_keys = files.vocab.len() + files.added.len();
         ensure!(
-            res.len() == l.len() + r.len() && res.starts_with(l) && res.ends_with(r),
-            "{}: the result's bytes {res:?} are not the parts' bytes {l:?} + {r:?}",
-            describe()
+            vocab_size <= 2 * n_keys + 1024,
+            "the largest token id is {} but there are only {n_keys} tokens: the ids are far from dense",
+            vocab_size - 1
         );
-        if let Some(first) = origin_of.insert((left, right), &merge.origin) {
-            bail!("{}: the same pair is already merged at {first}", describe());
+        let mut names: Vec<Option<&str>> = vec![None; vocab_size];
+        let mut tokens: Vec<Vec<u8>> = vec![Vec::new(); vocab_size];
+        let mut keys: Vec<(&String, &u32)> = files.vocab.iter().collect();
+        keys.sort_by_key(|&(_, &id)| id);
+        for (key, &id) in keys {
+            if let Some(other) = names[id as usize] {
+                bail!("vocab tokens {other:?} and {key:?} both have id {id}");
+            }
+            names[id as usize] = Some(key);
+            tokens[id as usize] = key_to_bytes(key, &map);
         }
-        merges.push([left, right, u32::try_from(rank)?, result]);
+        // Added tokens are stored literally (Hugging Face matches and decodes them as plain text).
+        for (content, id) in &files.added {
+            match names[*id as usize] {
+                Some(other) if other != content => {
+                    bail!("added token {content:?} has id {id}, which the vocab gives to {other:?}")
+                }
+                _ => {}
+            }
+            names[*id as usize] = Some(content);
+            tokens[*id as usize] = content.as_bytes().to_vec();
+        }
+
+        // The 256 byte tokens: byte-level BPE starts every piece from them.
+        let byte_to_id: Vec<u32> = bytes_to_unicode()
+            .iter()
+            .enumerate()
+            .map(|(byte, &c)| {
+                files.vocab.get(&c.to_string()).copied().ok_or_else(|| {
+                    anyhow!(
+                        "the vocab has no token for byte {byte:#04x} (key {:?}); byte-level BPE needs all 256",
+                        c.to_string()
+                    )
+                })
+            })
+            .collect::<Result<_>>()?;
+
+        // Merges: ids of both parts and of the result (the parts' keys concatenated).
+        let mut merges: Vec<[u32; 4]> = Vec::with_capacity(files.merges.len());
+        let mut origin_of: HashMap<(u32, u32), &str> = HashMap::with_capacity(files.merges.len());
+        for (rank, merge) in files.merges.iter().enumerate() {
+            let describe = || format!("{} ({:?} + {:?})", merge.origin, merge.left, merge.right);
+            let id_of = |key: &str, what: &str| {
+                files.vocab.get(key).copied().ok_or_else(|| anyhow!("{}: {what} {key:?} is not in the vocab", describe()))
+            };
+            let left = id_of(&merge.left, "left part")?;
+            let right = id_of(&merge.right, "right part")?;
+            let result_key = format!("{}{}", merge.left, merge.right);
+            let result = id_of(&result_key, "result")?;
+            let (l, r, res) = (&tokens[left as usize], &tokens[right as usize], &tokens[result as usize]);
+            ensure!(
+                res.len() == l.len() + r.len() && res.starts_with(l) && res.ends_with(r),
+                "{}: the result's bytes {res:?} are not the parts' bytes {l:?} + {r:?}",
+                describe()
+            );
+            if let Some(first) = origin_of.insert((left, right), &merge.origin) {
+                bail!("{}: the same pair is already merged at {first}", describe());
+            }
+            merges.push([left, right, u32::try_from(rank)?, result]);
+        }
+        let added = files.added.iter().map(|&(_, id)| id).collect();
+        Ok(Self { tokens, byte_to_id, merges, added })
     }
-    write_section(&tokens, &byte_to_id, &mut merges)
+
+    /// Packs the tables into a tokenizer section (loaded back by the runtime before it is
+    /// returned).
+    pub fn section(&self) -> Result<Vec<u8>> {
+        write_section(&self.tokens, &self.byte_to_id, &mut self.merges.clone())
+    }
 }
 
 /// Writes the section bytes. `tokens[id]` are the bytes of each token, `byte_to_id[b]` the token

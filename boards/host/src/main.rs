@@ -110,6 +110,8 @@ struct GenerateArgs {
     #[arg(long)]
     print_ids: bool,
     #[command(flatten)]
+    source: SourceIdsArg,
+    #[command(flatten)]
     board: BoardArg,
     #[command(flatten)]
     threads: ThreadsArg,
@@ -159,6 +161,47 @@ impl runtime::kernels::Parallel for Threads {
 }
 
 #[derive(Args, Clone)]
+struct SourceIdsArg {
+    /// Token ids given and printed are ids of the source vocabulary, the checkpoint's own (a
+    /// blob converted with --keep-vocab has its own dense ids; without pruning both are the
+    /// same). A source id that pruning dropped is an error.
+    #[arg(long)]
+    source_ids: bool,
+}
+
+impl SourceIdsArg {
+    /// The blob's ids of `ids` (source ids with --source-ids, else as they are).
+    fn given(&self, model: &Model<'_>, ids: &[u32]) -> Result<Vec<u32>> {
+        if !self.source_ids {
+            return Ok(ids.to_vec());
+        }
+        ids.iter().map(|&src| model_id(model, src)).collect()
+    }
+
+    /// `ids` as printed: source ids with --source-ids, else as they are.
+    fn shown(&self, model: &Model<'_>, ids: &[u32]) -> Vec<u32> {
+        if !self.source_ids {
+            return ids.to_vec();
+        }
+        ids.iter().map(|&id| model.source_id(id).unwrap_or(u32::MAX)).collect()
+    }
+}
+
+/// The blob's id of source-vocabulary id `src`, or an error that names it.
+fn model_id(model: &Model<'_>, src: u32) -> Result<u32> {
+    let source_vocab = model.source_vocab_size();
+    if src >= source_vocab {
+        bail!("source token id {src} is out of range (source vocabulary {source_vocab} tokens)");
+    }
+    model.id_from_source(src).with_context(|| {
+        format!(
+            "source token id {src} was pruned from this blob's vocabulary ({} of {source_vocab} tokens kept; convert with a --keep-vocab text that uses it)",
+            model.config().vocab_size
+        )
+    })
+}
+
+#[derive(Args, Clone)]
 struct BoardArg {
     /// Run within a board's memory (`host-tools plan --list-boards`): fail with the byte counts
     /// if the model, arena and KV cache do not fit it, else allocate what its firmware would
@@ -169,7 +212,8 @@ struct BoardArg {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Write float32 logits [n_ids, vocab_size] for a sequence of ids to a .npy file.
+    /// Write float32 logits [n_ids, vocab_size] for a sequence of ids to a .npy file (with
+    /// --source-ids: [n_ids, source vocab_size], the columns of pruned tokens at -inf).
     Logits {
         #[command(flatten)]
         model: ModelArg,
@@ -180,12 +224,16 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
         #[command(flatten)]
+        source: SourceIdsArg,
+        #[command(flatten)]
         board: BoardArg,
     },
     /// Print the token ids of a text, comma-separated, as the last line of stdout.
     Tokenize {
         #[command(flatten)]
         model: ModelArg,
+        #[command(flatten)]
+        source: SourceIdsArg,
         /// Text to encode.
         #[arg(long, conflicts_with = "file", required_unless_present = "file")]
         text: Option<String>,
@@ -197,6 +245,8 @@ enum Cmd {
     Detokenize {
         #[command(flatten)]
         model: ModelArg,
+        #[command(flatten)]
+        source: SourceIdsArg,
         /// Token ids, comma-separated.
         #[arg(long, value_delimiter = ',', required = true)]
         ids: Vec<u32>,
@@ -315,10 +365,11 @@ fn join_ids(ids: &[u32]) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path, board: &BoardArg) -> Result<()> {
+fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path, source: &SourceIdsArg, board: &BoardArg) -> Result<()> {
     let file = load(&m.model)?;
     let model = file.model()?;
     let v = model.config().vocab_size();
+    let ids = &source.given(&model, ids)?;
     if ids.len() > model.config().n_ctx() {
         bail!("{} ids do not fit the model's context of {} tokens", ids.len(), model.config().n_ctx());
     }
@@ -327,10 +378,25 @@ fn cmd_logits(m: &ModelArg, ids: &[u32], out: &Path, board: &BoardArg) -> Result
         .unwrap_or(SessionShape { capacity, kv: m.kv(), batch: capacity.min(64) });
     let mut buf = Buffers::new(&model, shape.capacity, shape.batch, shape.kv);
     let mut session = buf.session(&model, shape.capacity, shape.kv)?;
-    let mut all = vec![0.0f32; ids.len() * v];
-    session.prefill_each(ids, |i, logits| all[i * v..(i + 1) * v].copy_from_slice(logits))?;
-    host_tools::npy::write_f32(out, &[ids.len() as u64, v as u64], &all)?;
-    eprintln!("wrote {} ({} x {} float32)", out.display(), ids.len(), v);
+    // With --source-ids: a row of the source vocabulary's width, the kept tokens' logits in their
+    // source columns, the pruned ones -inf (probability 0).
+    let (cols, column): (usize, Vec<usize>) = if source.source_ids {
+        let cols = model.source_vocab_size() as usize;
+        (cols, (0..v as u32).map(|id| model.source_id(id).map_or(cols, |s| s as usize)).collect())
+    } else {
+        (v, (0..v).collect())
+    };
+    let mut all = vec![f32::NEG_INFINITY; ids.len() * cols];
+    session.prefill_each(ids, |i, logits| {
+        let row = &mut all[i * cols..(i + 1) * cols];
+        for (&c, &l) in column.iter().zip(logits) {
+            if let Some(slot) = row.get_mut(c) {
+                *slot = l;
+            }
+        }
+    })?;
+    host_tools::npy::write_f32(out, &[ids.len() as u64, cols as u64], &all)?;
+    eprintln!("wrote {} ({} x {} float32)", out.display(), ids.len(), cols);
     Ok(())
 }
 
@@ -349,7 +415,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let tok = model.tokenizer();
     let prompt: Vec<u32> = match (&args.prompt, &args.ids) {
         (Some(text), _) => encode(tokenizer(&model)?, text)?,
-        (None, Some(ids)) => ids.clone(),
+        (None, Some(ids)) => args.source.given(&model, ids)?,
         (None, None) => vec![cfg.bos_token_id],
     };
     if prompt.is_empty() {
@@ -441,7 +507,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         }
     }
     if args.print_ids || !stream_text {
-        writeln!(out, "{}", join_ids(&generated))?;
+        writeln!(out, "{}", join_ids(&args.source.shown(&model, &generated)))?;
     }
     out.flush()?;
 
@@ -495,7 +561,7 @@ fn kv_formula(cfg: &runtime::Config, capacity: usize, kv: KvDType) -> String {
     format!("{}: {positions} · {} embd · {bytes} B{scale}", kv.name(), cfg.n_embd)
 }
 
-fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>) -> Result<()> {
+fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>, source: &SourceIdsArg) -> Result<()> {
     let blob = load(model_path)?;
     let model = blob.model()?;
     let tok = tokenizer(&model)?;
@@ -510,14 +576,15 @@ fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>) -> R
     };
     let ids = encode(tok, text)?;
     eprintln!("{} tokens", ids.len());
-    println!("{}", join_ids(&ids));
+    println!("{}", join_ids(&source.shown(&model, &ids)));
     Ok(())
 }
 
-fn cmd_detokenize(model_path: &Path, ids: &[u32]) -> Result<()> {
+fn cmd_detokenize(model_path: &Path, ids: &[u32], source: &SourceIdsArg) -> Result<()> {
     let blob = load(model_path)?;
     let model = blob.model()?;
     let tok = tokenizer(&model)?;
+    let ids = &source.given(&model, ids)?;
     let mut bytes = Vec::new();
     for &id in ids {
         let b = tok.token_bytes(id).with_context(|| {
@@ -698,9 +765,9 @@ fn sum_bytes_avx512(bytes: &[u8]) -> u64 {
 
 fn run(cli: Cli) -> Result<()> {
     match &cli.cmd {
-        Some(Cmd::Logits { model, ids, out, board }) => cmd_logits(model, ids, out, board),
-        Some(Cmd::Tokenize { model, text, file }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref()),
-        Some(Cmd::Detokenize { model, ids }) => cmd_detokenize(&model.model, ids),
+        Some(Cmd::Logits { model, ids, out, source, board }) => cmd_logits(model, ids, out, source, board),
+        Some(Cmd::Tokenize { model, text, file, source }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref(), source),
+        Some(Cmd::Detokenize { model, ids, source }) => cmd_detokenize(&model.model, ids, source),
         Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),
         Some(Cmd::Bench { model, prompt_len, n, runs, batch, threads }) => cmd_bench(model, *prompt_len, *n, *runs, *batch, threads),
         Some(Cmd::Trace(args)) => trace::cmd_trace(args),
