@@ -123,7 +123,7 @@ fn softmax_avx2(x: &mut [f32]) {
 
 #[target_feature(enable = "avx2,f16c")]
 fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-    if linear_quant_avx2(out, x, w, bias, acc, scratch) {
+    if linear_quant_avx2(out, x, w, bias, acc, scratch) || dense_prefill_avx2(out, x, w, bias, acc, scratch) {
         return;
     }
     linear_impl(d, out, x, w, bias, acc, scratch)
@@ -414,6 +414,237 @@ fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
         }
     }
     finish(lanes_avx2(lo, hi), ra, rb)
+}
+
+// ---- f32 / f16 prefill with AVX2 -------------------------------------------------------------
+//
+// Each output is [`super::dot_f32`] (f16: [`super::dot_f16`]): lane i of 16 (two 8-lane
+// registers) adds the products of elements i, i + 16, … in order, then the fixed tree. AVX2
+// has 16 vector registers and an output's 16 lanes take two, so a tile holds 3 weight rows × 2
+// tokens: 12 accumulators, each loaded weight vector feeding two products and each activation
+// vector three. Per 16 columns that is 10 loads, 12 multiplies and 12 adds, which a core with
+// two multiply and two add pipes and 6-wide dispatch (Zen 3) runs in about 6 cycles at best;
+// the 12 chains leave room for the adds' latency.
+//
+// The weights of a tile of rows stay in L1 while the activations of a block of tokens (in L2)
+// pass over them, in pairs. Rows wider than 1024 columns are cut into k-blocks (of whole
+// 16-column chunks) so that a tile's rows still fit: the accumulators of each output are kept
+// across k-blocks and go on where they stopped, so every lane adds the same products in the
+// same order as in one pass.
+
+/// Weight rows × tokens of an AVX2 prefill tile.
+const TILE_ROWS: usize = 3;
+const TILE_TOKENS: usize = 2;
+/// 16-column chunks per k-block (1024 columns: a tile's three f32 rows take 12 KiB of L1).
+const K_CHUNKS: usize = 64;
+/// Tokens per block of activations (at most 256 KiB of them, so they stay in L2).
+const BLOCK_TOKENS: usize = 64;
+
+/// An output's 16 lane sums, in two 8-lane registers.
+type Lanes = [__m256; 2];
+
+/// The lane sums of R weight rows × T tokens `[row][token]`, carried on from `acc` over `chunks`
+/// chunks of 16 elements from `w[r]` and `x[t]` (the products [`dot_avx2`] adds, in its order).
+///
+/// # Safety
+/// Every `w[r]` and `x[t]` must be readable for `16 · chunks` elements; AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn tile_sums_avx2<W: Weight, const R: usize, const T: usize>(mut acc: [[Lanes; T]; R], w: [*const W; R], x: [*const f32; T], chunks: usize) -> [[Lanes; T]; R] {
+    let mut step = |i: usize| {
+        for h in 0..2 {
+            let off = LANES * i + 8 * h;
+            // SAFETY: off + 8 ≤ 16 · chunks (the caller's contract).
+            let xv = x.map(|p| unsafe { _mm256_loadu_ps(p.add(off)) });
+            for (a, &p) in acc.iter_mut().zip(&w) {
+                // SAFETY: as above.
+                let wv = unsafe { W::load8(p.add(off)) };
+                for (a, &xv) in a.iter_mut().zip(&xv) {
+                    if let Some(a) = a.get_mut(h) {
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, xv));
+                    }
+                }
+            }
+        }
+    };
+    // two chunks an iteration (the loop's own instructions take dispatch slots)
+    for i in (0..chunks / 2).map(|i| 2 * i) {
+        step(i);
+        step(i + 1);
+    }
+    if chunks % 2 == 1 {
+        step(chunks - 1);
+    }
+    acc
+}
+
+/// [`super::reduce`] of the 16 lanes in `lo` (0–7) and `hi` (8–15): lanes i + i+8, then
+/// i + i+4, i + i+2, i + i+1 (the same tree, the same bits).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn reduce_avx2(lo: __m256, hi: __m256) -> f32 {
+    let a8 = _mm256_add_ps(lo, hi);
+    let a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps::<1>(a8));
+    let a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+    let a1 = _mm_add_ss(a2, _mm_shuffle_ps::<1>(a2, a2));
+    _mm_cvtss_f32(a1)
+}
+
+/// One f32/f16 prefill call: weights `[rows, cols]`, activations `[tokens, cols]`.
+struct DenseJob<'a, W> {
+    w: &'a [W],
+    x: &'a [f32],
+    cols: usize,
+}
+
+/// Where a tile's k-block sits: chunks `c0..c1` of `chunks`, and whether it is the first or last.
+#[derive(Clone, Copy)]
+struct KBlock {
+    c0: usize,
+    c1: usize,
+    first: bool,
+    last: bool,
+}
+
+impl<W: Weight> DenseJob<'_, W> {
+    /// Rows `o..o+R` × tokens `t..t+T` over one k-block: the accumulators come from `buf`
+    /// (entries `tb..tb+T`, row r of the tile at `[r]`) unless it is the first k-block, and go
+    /// back there unless it is the last, where each output is finished as [`dot_avx2`]
+    /// finishes it and stored.
+    ///
+    /// # Safety
+    /// Rows `o..o+R` and tokens `t..t+T` must be in `w` and `x`, `tb + T ≤ BLOCK_TOKENS`,
+    /// `R ≤ TILE_ROWS`, `kb.c1 ≤ cols / 16`; AVX2 and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tile<const R: usize, const T: usize>(&self, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { w, x, cols } = *self;
+        let zero = [_mm256_setzero_ps(); 2];
+        let mut acc = [[zero; T]; R];
+        if !kb.first {
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (k, a) in a.iter_mut().enumerate() {
+                    *a = buf.get(tb + k).and_then(|b| b.get(r)).copied().unwrap_or(zero);
+                }
+            }
+        }
+        let off = LANES * kb.c0;
+        // SAFETY: rows o..o+R and tokens t..t+T exist and chunks c0..c1 are inside them (the
+        // caller's contract).
+        let (wp, xp) = unsafe { (w.as_ptr().add(off), x.as_ptr().add(off)) };
+        let acc = unsafe { tile_sums_avx2::<W, R, T>(acc, core::array::from_fn(|r| wp.add((o + r) * cols)), core::array::from_fn(|k| xp.add((t + k) * cols)), kb.c1 - kb.c0) };
+        for (r, a) in acc.into_iter().enumerate() {
+            for (k, lanes) in a.into_iter().enumerate() {
+                if !kb.last {
+                    if let Some(b) = buf.get_mut(tb + k).and_then(|b| b.get_mut(r)) {
+                        *b = lanes;
+                    }
+                    continue;
+                }
+                let [lo, hi] = lanes;
+                let (o, t) = (o + r, t + k);
+                let done = LANES * kb.c1;
+                let y = if done == cols {
+                    reduce_avx2(lo, hi)
+                } else {
+                    finish(lanes_avx2(lo, hi), w.get(o * cols + done..(o + 1) * cols).unwrap_or(&[]), x.get(t * cols + done..(t + 1) * cols).unwrap_or(&[]))
+                };
+                store(t, o, y);
+            }
+        }
+    }
+
+    /// Every output of `rows` rows × `tokens` tokens (see the section's comment for the order).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn run(&self, rows: usize, tokens: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let cols = self.cols;
+        if self.w.len() < rows * cols || self.x.len() < tokens * cols {
+            return;
+        }
+        let chunks = cols / LANES;
+        let nk = chunks.div_ceil(K_CHUNKS).max(1);
+        let kc = chunks.div_ceil(nk); // chunks per k-block, balanced
+        let block_tokens = (256 * 1024 / (4 * kc.max(1) * LANES)).clamp(TILE_TOKENS, BLOCK_TOKENS) / TILE_TOKENS * TILE_TOKENS;
+        let full_rows = rows / TILE_ROWS * TILE_ROWS;
+        let row_bytes = cols * core::mem::size_of::<W>();
+        let mut buf = [[[_mm256_setzero_ps(); 2]; TILE_ROWS]; BLOCK_TOKENS];
+        for t0 in (0..tokens).step_by(block_tokens) {
+            let t1 = (t0 + block_tokens).min(tokens);
+            let token_tiles = (t1 - t0).div_ceil(TILE_TOKENS);
+            for o in (0..full_rows).step_by(TILE_ROWS).chain(full_rows..rows) {
+                let nr = if o < full_rows { TILE_ROWS } else { 1 };
+                for k in 0..nk {
+                    let kb = KBlock { c0: k * kc, c1: ((k + 1) * kc).min(chunks), first: k == 0, last: k + 1 == nk };
+                    // the weights after this k-block of these rows (the next k-block, else the
+                    // next rows' first), asked for over this block's token tiles so that they
+                    // come from memory once, ahead of use
+                    let (next_row, next_c0, next_c1) = if kb.last { (o + nr, 0, kc.min(chunks)) } else { (o, kb.c1, ((k + 2) * kc).min(chunks)) };
+                    let next = self.w.as_ptr().cast::<u8>().wrapping_add(next_row * row_bytes + next_c0 * LANES * core::mem::size_of::<W>());
+                    let seg = (next_c1 - next_c0) * LANES * core::mem::size_of::<W>(); // bytes of each row
+                    let lines = (seg.div_ceil(64) * TILE_ROWS).div_ceil(token_tiles);
+                    for (i, t) in (t0..t1).step_by(TILE_TOKENS).enumerate() {
+                        for l in i * lines..(i + 1) * lines {
+                            let (r, line) = (l % TILE_ROWS, l / TILE_ROWS);
+                            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * row_bytes + 64 * line).cast());
+                        }
+                        let tb = t - t0;
+                        // SAFETY: o + nr ≤ rows, t + (1 or 2) ≤ t1 ≤ tokens, tb + 2 ≤
+                        // BLOCK_TOKENS, chunks c0..c1 ≤ cols / 16 (sizes checked above).
+                        unsafe {
+                            match (nr == TILE_ROWS, t + TILE_TOKENS <= t1) {
+                                (true, true) => self.tile::<TILE_ROWS, TILE_TOKENS>(o, t, tb, kb, &mut buf, store),
+                                (true, false) => self.tile::<TILE_ROWS, 1>(o, t, tb, kb, &mut buf, store),
+                                (false, true) => self.tile::<1, TILE_TOKENS>(o, t, tb, kb, &mut buf, store),
+                                (false, false) => self.tile::<1, 1>(o, t, tb, kb, &mut buf, store),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// f32 / f16 prefill (≥ 2 tokens) on AVX2 tiles. f16 weights are widened to f32 a block of
+/// rows at a time into `scratch` when it holds a tile's rows (exact, so the products are the
+/// same; paid once per batch instead of once per tile), else widened in the tiles. Returns
+/// false, having written nothing, for other dtypes or one token (decode's four-row loop).
+#[target_feature(enable = "avx2,f16c")]
+fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) -> bool {
+    let (rows, cols) = (w.rows, w.cols);
+    if rows == 0 || cols == 0 {
+        return false;
+    }
+    let tokens = (x.len() / cols).min(out.len() / rows);
+    if tokens < TILE_TOKENS {
+        return false;
+    }
+    let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, acc, t, o, y);
+    match w.data {
+        MatrixData::F32(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
+        MatrixData::F16(data) => {
+            let block_rows = (scratch.len() / cols).min(256 * 1024 / (4 * cols)).min(rows) / TILE_ROWS * TILE_ROWS;
+            if block_rows == 0 {
+                DenseJob { w: data, x, cols }.run(rows, tokens, &mut store);
+                return true;
+            }
+            for (b, src) in data.get(..rows * cols).unwrap_or(&[]).chunks(block_rows * cols).enumerate() {
+                let Some(wide) = scratch.get_mut(..src.len()) else { break };
+                let (dst8, dst_rest) = wide.as_chunks_mut::<8>();
+                let (src8, src_rest) = src.as_chunks::<8>();
+                for (dc, sc) in dst8.iter_mut().zip(src8) {
+                    // SAFETY: sc holds 8 f16 and dc 8 f32 (F16C: this function's feature).
+                    unsafe { _mm256_storeu_ps(dc.as_mut_ptr(), f16::load8(sc.as_ptr())) };
+                }
+                dst_rest.iter_mut().zip(src_rest).for_each(|(dv, sv)| *dv = sv.to_f32());
+                let row0 = b * block_rows;
+                DenseJob { w: &*wide, x, cols }.run(src.len() / cols, tokens, &mut |t, o, y| store(t, row0 + o, y));
+            }
+        }
+        MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
+    }
+    true
 }
 
 /// The AVX2 kernels' two 8-lane registers (lanes 0–7, 8–15) as the portable 16 lanes.
@@ -911,37 +1142,44 @@ mod tests {
         }
     }
 
-    /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill) and the AVX2 one
-    /// must give the portable bits for f32 and f16, with row and token counts that leave
-    /// remainders and more than one row block.
+    /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill) and
+    /// the AVX2 one (four-rows decode, 3 × 2 tiles in row blocks, f16 widened in blocks when
+    /// the scratch holds 3 rows, else in the tiles) must give the portable bits for f32 and
+    /// f16, with row and token counts that leave remainders and more than one row block, and
+    /// widths with and without a remainder of 16.
     #[test]
     fn simd_dense_linear_is_bit_identical_to_portable() {
-        let Some(d) = Avx512::detect() else {
-            return;
-        };
-        for &(rows, cols) in &[(1usize, 16usize), (7, 33), (9, 64), (170, 768), (6, 3072)] {
+        let (avx512, avx2) = (Avx512::detect(), Avx2::detect());
+        for &(rows, cols) in &[(1usize, 16usize), (7, 33), (9, 64), (170, 768), (6, 3072), (5, 1000), (4, 8), (4, 1100)] {
             let w: std::vec::Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
             let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
             let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.25 - 1.0).collect();
-            // 8 and more tokens with scratch: f16 widens blocks of rows first (blocks of 4 to
-            // 64 rows, the last one partial; 6 × 3072 with 4 rows of scratch: blocks of 4 + 2)
-            for (tokens, scratch_rows) in [(1usize, 0usize), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3)] {
+            // 8 and more tokens with scratch: f16 widens blocks of rows first (AVX-512: blocks
+            // of 4 to 64 rows, the last one partial; 6 × 3072 with 4 rows of scratch: blocks of
+            // 4 + 2; AVX2 from 2 tokens and 3 rows of scratch); AVX2 cuts rows wider than 1024
+            // into k-blocks (3072: 3, 1100: 2 with a remainder of 12) and 67 tokens into
+            // blocks of 64 + 3
+            for (tokens, scratch_rows) in [(1usize, 0usize), (2, 0), (2, 3), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3), (7, 2), (67, 5)] {
                 let x: std::vec::Vec<f32> = (0..tokens * cols).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
                 let mats = [Matrix { rows, cols, data: MatrixData::F32(&w) }, Matrix { rows, cols, data: MatrixData::F16(&wh) }];
                 for m in &mats {
-                    let mut fast = std::vec![0.5f32; tokens * rows];
-                    let mut slow = fast.clone();
-                    let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
-                    d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                    let mut slow = std::vec![0.5f32; tokens * rows];
                     linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, true, &mut []);
-                    let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
                     let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
-                    assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows}");
-                    if let Some(a2) = Avx2::detect() {
-                        let mut fast2 = std::vec![0.5f32; tokens * rows];
-                        a2.linear(&mut fast2, &x, m, &bias, true, &mut scratch);
-                        let f2: std::vec::Vec<u32> = fast2.iter().map(|v| v.to_bits()).collect();
-                        assert_eq!(f2, s, "AVX2: rows {rows} cols {cols} tokens {tokens}");
+                    let what = std::format!("rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows} f16 {}", matches!(m.data, MatrixData::F16(_)));
+                    if let Some(d) = &avx512 {
+                        let mut fast = std::vec![0.5f32; tokens * rows];
+                        let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
+                        d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                        let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(f, s, "AVX-512: {what}");
+                    }
+                    if let Some(d) = &avx2 {
+                        let mut fast = std::vec![0.5f32; tokens * rows];
+                        let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
+                        d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                        let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(f, s, "AVX2: {what}");
                     }
                 }
             }
