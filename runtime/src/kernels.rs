@@ -357,6 +357,9 @@ pub(crate) struct QuantRows<'s> {
     /// `Nibbles16`).
     #[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
     pub pairs: &'s [u32],
+    /// [`QuantOrder::Wide16`] only (then `q` is empty): the values as int16, `[T, cols]`.
+    #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
+    pub wide: &'s [i16],
 }
 
 /// Order of the int8 activation values [`quantize_rows`] writes.
@@ -369,6 +372,13 @@ pub(crate) enum QuantOrder {
     /// then the 64 odd-position ones. Needs `cols % 128 == 0`.
     #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
     Q4Pairs,
+    /// For the AVX2 q8 kernel, which widens two groups' weights at a time to int16 with
+    /// `vpunpcklbw` / `vpunpckhbw`: the values as int16, each 64 (two groups of 32, `a` and `b`) as
+    /// eight runs of 8: `a0..a8, b0..b8, a8..a16, b8..b16, a16..a24, b16..b24, a24..a32,
+    /// b24..b32`, in [`QuantRows::wide`] (twice the room of the int8 values; [`quant_scratch_len`]
+    /// covers it). Needs `cols % 64 == 0`.
+    #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
+    Wide16,
     /// For the Cortex-M DSP row kernels (`SXTB16` + `SMLAD`): the values widened to int16, each
     /// four `q0 q1 q2 q3` as the two words `q0 | q2 << 16` and `q1 | q3 << 16` (the halves
     /// `SXTB16` and `SXTB16 ROR #8` make of four int8 weights), in [`QuantRows::pairs`]; no
@@ -516,6 +526,9 @@ pub(crate) struct QuantJob<'w, 's> {
     pub xs: &'s [f32],
     /// Activation group sums `[tokens, gpr]`.
     pub sums: &'s [i32],
+    /// [`QuantOrder::Wide16`] only (then `q` is empty): int16 activations `[tokens, cols]`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub wide: &'s [i16],
 }
 
 /// The [`QuantJob`] of `w` against `x` (for an output of `out_len` values), or None, with
@@ -549,11 +562,11 @@ pub(crate) fn quant_job<'w, 's>(
     if scratch.len() < tokens * quant_scratch_len(cols, group) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
         return None;
     }
-    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, group, tokens, scratch, order(q4));
-    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
+    let QuantRows { q, scales: xs, sums, wide, .. } = quantize_rows(x, cols, group, tokens, scratch, order(q4));
+    if q.len().max(wide.len()) < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
         return None;
     }
-    Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums })
+    Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, wide })
 }
 
 /// Quantizes `tokens` rows of `x` (`cols` wide) into the scratch ([`quant_scratch_len`] per
@@ -565,6 +578,7 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
     let int8_slots = (tokens * cols).div_ceil(4);
     let (q_slots, with_sums) = match order {
         QuantOrder::Natural | QuantOrder::Q4Pairs => (int8_slots, true),
+        QuantOrder::Wide16 => (2 * int8_slots, true),
         QuantOrder::Pairs16 => (2 * int8_slots, false),
         QuantOrder::Nibbles16 => (2 * int8_slots + n_groups, false),
     };
@@ -585,7 +599,13 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
         let words: &mut [u32] = bytemuck::try_cast_slice_mut(q).unwrap_or(&mut []);
         let n = if order == QuantOrder::Pairs16 { widen_pairs16(words, tokens * cols / 4) } else { widen_nibbles16(words, group, n_groups, cols / group) };
         let pairs: &[u32] = words.get(..n).unwrap_or(&[]);
-        return QuantRows { q: &[], scales, sums: &[], pairs };
+        return QuantRows { q: &[], scales, sums: &[], pairs, wide: &[] };
+    }
+    if order == QuantOrder::Wide16 {
+        // the int8 values fill the first half of the region: widened in place from the end
+        let wide: &mut [i16] = bytemuck::try_cast_slice_mut(q).unwrap_or(&mut []);
+        let n = widen_wide16(wide, tokens * cols);
+        return QuantRows { q: &[], scales, sums, pairs: &[], wide: wide.get(..n).unwrap_or(&[]) };
     }
     if order == QuantOrder::Q4Pairs {
         for block in q.as_chunks_mut::<128>().0 {
@@ -599,7 +619,29 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
             }
         }
     }
-    QuantRows { q, scales, sums, pairs: &[] }
+    QuantRows { q, scales, sums, pairs: &[], wide: &[] }
+}
+
+/// [`QuantOrder::Wide16`] in place: the bytes of the first `n` halves of `wide` hold `n` int8
+/// values; each 64 of them become 64 halves in that order, from the last 64 down (each chunk is
+/// read before its halves, which lie at or after its bytes, are written). Returns the halves
+/// written: `n` rounded down to 64 (and to the room there is).
+#[inline(always)]
+fn widen_wide16(wide: &mut [i16], n: usize) -> usize {
+    let chunks = (n / 64).min(wide.len() / 64);
+    for c in (0..chunks).rev() {
+        let mut v = [0i8; 64];
+        let bytes: &[u8] = bytemuck::cast_slice(wide.get(32 * c..32 * c + 32).unwrap_or(&[]));
+        v.iter_mut().zip(bytes).for_each(|(v, &b)| *v = b as i8);
+        if let Some(out) = wide.get_mut(64 * c..64 * c + 64) {
+            for (k, o) in out.iter_mut().enumerate() {
+                // run k / 8 of 8: group (run % 2), values 8 · (run / 2) on
+                let (run, within) = (k / 8, k % 8);
+                *o = v.get(32 * (run % 2) + 8 * (run / 2) + within).copied().unwrap_or(0) as i16;
+            }
+        }
+    }
+    64 * chunks
 }
 
 /// `x` as an int16 half: the low 16 bits of a word.

@@ -661,31 +661,37 @@ fn lanes_avx2(lo: __m256, hi: __m256) -> [f32; LANES] {
 }
 
 /// Four [`dot_avx2`]s of four weight rows against one token (decode): eight accumulators (a
-/// row's lanes 0–7 and 8–15) in flight, the weights asked for ahead. Each result is
-/// bit-identical to the single dot.
+/// row's lanes 0–7 and 8–15) in flight. Each result is bit-identical to the single dot.
+///
+/// Decode streams the weights once. On Zen 3 with the matrix on 2 MiB pages the hardware
+/// prefetcher keeps f32 rows coming by itself, but f16 rows (half the bytes per instruction)
+/// waited without a software prefetch; each row asks for the same row of the next four
+/// (`4 · row bytes` ahead), which the caller's loop reads next.
 #[target_feature(enable = "avx2,f16c")]
 fn dot4_rows_avx2<W: Weight>(ws: [&[W]; 4], x: &[f32]) -> [f32; 4] {
     let n = ws.iter().fold(x.len(), |n, r| n.min(r.len()));
-    let wc = ws.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
-    let (xc, rx) = x.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
+    let chunks = n / LANES;
+    let wp = ws.map(|r| r.as_ptr());
+    let xp = x.as_ptr();
+    let ahead = 4 * n * core::mem::size_of::<W>();
     let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-    for (i, xc) in xc.iter().enumerate() {
-        // SAFETY: xc is [f32; 16].
-        let (x0, x1) = unsafe { (_mm256_loadu_ps(xc.as_ptr()), _mm256_loadu_ps(xc.as_ptr().add(8))) };
-        for ([a0, a1], (w, _)) in acc.iter_mut().zip(&wc) {
-            if let Some(w) = w.get(i) {
-                // decode streams the weights once: ask for them ahead (see PREFETCH_BYTES)
-                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES).cast());
-                // SAFETY: w holds 16 weights.
-                let (w0, w1) = unsafe { (W::load8(w.as_ptr()), W::load8(w.as_ptr().add(8))) };
-                *a0 = _mm256_add_ps(*a0, _mm256_mul_ps(w0, x0));
-                *a1 = _mm256_add_ps(*a1, _mm256_mul_ps(w1, x1));
-            }
+    for i in 0..chunks {
+        // SAFETY: 16i + 16 ≤ n, and x and every row hold n elements.
+        let (x0, x1) = unsafe { (_mm256_loadu_ps(xp.add(LANES * i)), _mm256_loadu_ps(xp.add(LANES * i + 8))) };
+        for ([a0, a1], &w) in acc.iter_mut().zip(&wp) {
+            let w = w.wrapping_add(LANES * i);
+            // a prefetch never faults: past the matrix's end it does nothing
+            _mm_prefetch::<_MM_HINT_T0>(w.cast::<u8>().wrapping_add(ahead).cast());
+            // SAFETY: as above.
+            let (w0, w1) = unsafe { (W::load8(w), W::load8(w.add(8))) };
+            *a0 = _mm256_add_ps(*a0, _mm256_mul_ps(w0, x0));
+            *a1 = _mm256_add_ps(*a1, _mm256_mul_ps(w1, x1));
         }
     }
     let mut out = [0.0f32; 4];
-    for ((o, [a0, a1]), (_, rw)) in out.iter_mut().zip(acc).zip(&wc) {
-        *o = finish(lanes_avx2(a0, a1), rw, rx);
+    let done = LANES * chunks;
+    for ((o, [a0, a1]), w) in out.iter_mut().zip(acc).zip(ws) {
+        *o = if done == n { reduce_avx2(a0, a1) } else { finish(lanes_avx2(a0, a1), w.get(done..n).unwrap_or(&[]), x.get(done..n).unwrap_or(&[])) };
     }
     out
 }
@@ -1266,8 +1272,9 @@ mod tests {
     }
 
     /// The AVX2 q8/q4 `linear` must give the portable kernel's bits for every shape it takes
-    /// (rows of whole blocks of 8 groups; 1 to 9 tokens: tiles of 4 and the rest; extreme
-    /// values, bias, accumulate) and decline the others without writing.
+    /// (rows of whole blocks of 8 groups; 1 to 17 tokens: blocks of 8 and the rest; more rows
+    /// than one block of 256 KiB of weights; extreme values, bias, accumulate) and decline the
+    /// others without writing.
     #[test]
     fn avx2_quant_linear_is_bit_identical_to_portable() {
         if Avx2::detect().is_none() {
@@ -1276,7 +1283,9 @@ mod tests {
         let takes = |_q4: bool, cols: usize| cols.is_multiple_of(256);
         // SAFETY: AVX2 and F16C are present (checked).
         let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
-        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96)], &[1, 2, 3, 4, 5, 8, 9], takes, avx2);
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
+        quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
     }
 
     /// The shapes `linear_quant_vnni` takes (group 32): q8 rows of whole 64-byte vectors, q4 rows
@@ -1325,7 +1334,7 @@ pub(super) fn has_avx512vnni() -> bool {
 pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
     let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
     let multiple = |q4| if q4 { 128 } else { 64 };
-    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums }) = quant_job(x, out.len(), w, VNNI_GROUP, multiple, order, scratch) else {
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, .. }) = quant_job(x, out.len(), w, VNNI_GROUP, multiple, order, scratch) else {
         return false;
     };
     let row_bytes = if q4 { cols / 2 } else { cols };
@@ -1650,123 +1659,223 @@ fn reduce512(v: __m512) -> f32 {
 
 // ---- q8 / q4 with AVX2 ------------------------------------------------------------------------
 //
-// For CPUs with AVX2 and no AVX-512 VNNI. The group sums are exact i32, as everywhere: q8
-// weights and activations are widened to i16 and multiplied in pairs (`vpmaddwd`, exact for
-// every int8 value); q4 nibbles (stored q + 8, 0..15) meet the activations in `vpmaddubsw`,
-// whose i16 pair sums stay below 2 · 15 · 128 (no saturation), then `vpmaddwd` by ones, and
-// the + 8 is taken off with the activation sums. Eight groups' partial sums fold into one
-// vector of eight group sums, which then take `combine_groups`' float steps lane for lane
-// (group g into lane g mod 16: lanes 0–7 and 8–15 in two registers), then the same tree.
-// Rows of whole blocks of 8 groups of 32 only (GPT-2's 768 and 3072); others go portable.
+// For CPUs with AVX2 and no AVX-512 VNNI. The group sums are exact i32, as everywhere:
+// - q8: two groups' weights at a time are widened to int16 times 256 by `vpunpcklbw`/
+//   `vpunpckhbw` with zero (each 128-bit half from one group), the activations were widened to
+//   int16 in the same order once per call ([`QuantOrder::Wide16`]), and `vpmaddwd` multiplies
+//   them in pairs: every sum is exact (|256 · w · x| · 32 < 2³¹) and a multiple of 256, and one
+//   arithmetic shift takes the 256 off.
+// - q4: the nibbles (stored q + 8, 0..15) meet the activations in `vpmaddubsw`, whose i16 pair
+//   sums stay below 2 · 15 · 127 (no saturation; two of them added, below 2¹⁵), then `vpmaddwd`
+//   by ones, and the + 8 is taken off with the activation sums.
+// Either way one vector holds the partial sums of two groups (lanes 0–3 and 4–7); four of them
+// fold with unpacks and adds (`vphaddd` is three micro-ops on one port) and a permute into one
+// vector of eight group sums per block of 8 groups, which then take `combine_groups`' float
+// steps lane for lane (group g into lane g mod 16: lanes 0–7 and 8–15 in two registers), then
+// the same tree.
+//
+// Prefill keeps a block of rows (≤ 256 KiB of weights) in L2 and the activations of a block of 8
+// tokens in L1; each row's weights are loaded and widened once per block of tokens. Rows of whole
+// blocks of 8 groups of 32 only (GPT-2's 768 and 3072); others go portable.
 
 /// Groups per AVX2 block.
 const AVX2_BLOCK: usize = 8;
+/// Tokens per block of activations in q8/q4 prefill (q8: int16, 1.5 KiB a token at 768 columns).
+const QUANT_TOKENS: usize = 8;
+
+/// Lanes 0–3 `a0+a2, b0+b2, a1+a3, b1+b3` (and so in lanes 4–7): one step of folding the partial
+/// sums of two groups, a and b, into one vector.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fold32(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+}
+
+/// Lanes 0–3 `a0+a2, a1+a3, b0+b2, b1+b3` (and so in lanes 4–7): the next step, after [`fold32`].
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fold64(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
+}
 
 /// q8 / q4 `linear` (group 32, cols a multiple of 256) with AVX2. Returns false, having
 /// written nothing, for other dtypes and shapes or a short scratch.
 #[target_feature(enable = "avx2,f16c")]
 fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
-    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums }) = quant_job(x, out.len(), w, VNNI_GROUP, |_| AVX2_BLOCK * VNNI_GROUP, order, scratch) else {
+    let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Wide16 };
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, wide }) = quant_job(x, out.len(), w, VNNI_GROUP, |_| AVX2_BLOCK * VNNI_GROUP, order, scratch) else {
         return false;
     };
     let row_bytes = if q4 { cols / 2 } else { cols };
-    let a = RowQuant { q4, cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
-    for o in 0..rows {
-        // SAFETY: row o has `row_bytes` bytes and `gpr` scales (checked above).
-        let (wrow, wsc) = unsafe { (data.as_ptr().add(o * row_bytes), scales.as_ptr().add(o * gpr)) };
-        let tiled = tokens / TOKEN_TILE * TOKEN_TILE;
-        for t0 in (0..tiled).step_by(TOKEN_TILE) {
-            // SAFETY: tokens t0..t0+4 < tokens have their activations (checked above).
-            let ys = unsafe { if q4 { a.row_avx2::<true, TOKEN_TILE>(wrow, wsc, t0) } else { a.row_avx2::<false, TOKEN_TILE>(wrow, wsc, t0) } };
-            for (k, y) in ys.into_iter().enumerate() {
-                super::store_out(out, rows, bias, accumulate, t0 + k, o, y);
+    let a = Avx2Quant { cols, gpr, q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
+    let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
+    let block_rows = (256 * 1024 / row_bytes).max(1);
+    for r0 in (0..rows).step_by(block_rows) {
+        let r1 = (r0 + block_rows).min(rows);
+        for t0 in (0..tokens).step_by(QUANT_TOKENS) {
+            let nt = (tokens - t0).min(QUANT_TOKENS);
+            // SAFETY: rows r0..r1 ≤ rows have `row_bytes` bytes and `gpr` scales each, and tokens
+            // t0..t0+nt ≤ tokens their activations (all checked by quant_job).
+            unsafe {
+                if q4 {
+                    a.rows_q4(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store)
+                } else {
+                    a.rows_q8(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store)
+                }
             }
-        }
-        for t in tiled..tokens {
-            // SAFETY: as above, token t < tokens.
-            let [y] = unsafe { if q4 { a.row_avx2::<true, 1>(wrow, wsc, t) } else { a.row_avx2::<false, 1>(wrow, wsc, t) } };
-            super::store_out(out, rows, bias, accumulate, t, o, y);
         }
     }
     true
 }
 
-/// The AVX2 rows of a [`linear_quant_avx2`] call (its activations as [`RowQuant`] holds them
-/// for VNNI).
-impl RowQuant {
-    /// One weight row against tokens t0..t0+NT, blocks of 8 groups, weights loaded once per
-    /// block for the NT tokens (AVX2).
-    ///
-    /// # Safety
-    /// `wrow`/`wsc` must hold one row (`cols` or `cols/2` bytes, `gpr` scales), `gpr` a
-    /// multiple of 8, and tokens t0..t0+NT must exist in `q`, `xs`, `sums`.
-    #[inline(never)]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn row_avx2<const Q4: bool, const NT: usize>(&self, wrow: *const u8, wsc: *const f32, t0: usize) -> [f32; NT] {
-        let Self { cols, gpr, q, xs, sums, .. } = *self;
-        let mut acc = [[_mm256_setzero_ps(); 2]; NT];
-        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
-        for b in 0..gpr / AVX2_BLOCK {
-            let g0 = b * AVX2_BLOCK;
-            // SAFETY (every raw read): groups g0..g0+8 are inside the row and each token's
-            // activations (the caller's contract).
-            let wblk = unsafe { wrow.add(if Q4 { g0 * 16 } else { g0 * 32 }) };
-            for line in 0..if Q4 { 2 } else { 4 } {
-                _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
-            }
-            // q4: four vectors of two groups' nibbles (low = even elements, high = odd);
-            // q8: eight groups' weights as i16, two vectors each
-            let mut wv = [_mm256_setzero_si256(); 16];
-            if Q4 {
-                for (c, pair) in wv.as_chunks_mut::<2>().0.iter_mut().take(4).enumerate() {
-                    let p = unsafe { _mm256_loadu_si256(wblk.add(32 * c).cast()) };
-                    *pair = [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)];
-                }
-            } else {
-                for (i, v) in wv.iter_mut().enumerate() {
-                    *v = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(wblk.add(16 * i).cast()) });
-                }
-            }
-            let sw = unsafe { _mm256_loadu_ps(wsc.add(g0)) };
-            for (k, acc) in acc.iter_mut().enumerate() {
-                let t = t0 + k;
-                let xt = unsafe { q.add(t * cols + g0 * 32) };
-                let isum = if Q4 {
-                    // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each),
-                    // then their odd ones; the pair of groups 2c, 2c+1 sits at 32(c % 2) of
-                    // its 128-block (c / 2)
-                    let mut s = [_mm256_setzero_si256(); 4];
-                    for ((c, s), &[lo, hi]) in s.iter_mut().enumerate().zip(wv.as_chunks::<2>().0) {
-                        let base = unsafe { xt.add(128 * (c / 2) + 32 * (c % 2)) };
-                        let (even, odd) = unsafe { (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast())) };
-                        *s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, even), ones), _mm256_madd_epi16(_mm256_maddubs_epi16(hi, odd), ones));
-                    }
-                    // s[c]: lanes 0–3 group 2c, 4–7 group 2c+1 (partial sums)
-                    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-                    // h: groups 0, 2, 4, 6 | 1, 3, 5, 7
-                    _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
-                } else {
-                    let mut v = [_mm256_setzero_si256(); 8];
-                    for ((g, v), &[w0, w1]) in v.iter_mut().enumerate().zip(wv.as_chunks::<2>().0) {
-                        let (x0, x1) = unsafe { (_mm256_cvtepi8_epi16(_mm_loadu_si128(xt.add(32 * g).cast())), _mm256_cvtepi8_epi16(_mm_loadu_si128(xt.add(32 * g + 16).cast()))) };
-                        *v = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-                    }
-                    // v[g]: eight partial sums of group g; halves of 4 groups each, then whole
-                    let b0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-                    let b1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-                    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(b0, b1), _mm256_permute2x128_si256::<0x31>(b0, b1))
-                };
-                // q4: take off the + 8 of the stored nibbles, 8 · Σx per group
-                let isum = if Q4 { _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(unsafe { _mm256_loadu_si256(sums.add(t * gpr + g0).cast()) })) } else { isum };
-                let sx = unsafe { _mm256_loadu_ps(xs.add(t * gpr + g0)) };
-                let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx));
-                let [lo, hi] = acc;
-                let half = if b % 2 == 0 { lo } else { hi };
-                *half = _mm256_add_ps(*half, term);
-            }
-        }
-        acc.map(|[lo, hi]| reduce(lanes_avx2(lo, hi)))
-    }
+/// The quantized activations of a [`linear_quant_avx2`] call.
+struct Avx2Quant {
+    cols: usize,
+    gpr: usize,
+    /// q4: int8 values `[T, cols]` in [`QuantOrder::Q4Pairs`] order.
+    q: *const i8,
+    /// q8: int16 values `[T, cols]` in [`QuantOrder::Wide16`] order.
+    wide: *const i16,
+    /// Scales `[T, gpr]`.
+    xs: *const f32,
+    /// Sums of the int8 values `[T, gpr]`.
+    sums: *const i32,
 }
 
+impl Avx2Quant {
+    /// Adds the float terms of one block of 8 group sums (`isum`, groups g0..g0+8) of token t to
+    /// its accumulator: lanes 0–7 for even blocks, 8–15 for odd ones (group g into lane g % 16).
+    ///
+    /// # Safety
+    /// Groups g0..g0+8 of token t must exist in `xs`; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn add_terms(&self, acc: &mut [__m256; 2], isum: __m256i, sw: __m256, t: usize, g0: usize) {
+        // SAFETY: the caller's contract.
+        let sx = unsafe { _mm256_loadu_ps(self.xs.add(t * self.gpr + g0)) };
+        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx));
+        if let Some(a) = acc.get_mut(g0 / AVX2_BLOCK % 2) {
+            *a = _mm256_add_ps(*a, term);
+        }
+    }
+
+    /// q8 rows `rows` (of `wrows`/`wsc`, the matrix's bytes and scales) against tokens
+    /// t0..t0+nt (nt ≤ 8): per block of 8 groups, the row's weights are loaded and widened once
+    /// and used for the nt tokens.
+    ///
+    /// # Safety
+    /// The rows must exist (`cols` bytes, `gpr` scales each), `gpr` a multiple of 8, and tokens
+    /// t0..t0+nt must exist in `wide` and `xs`; AVX2.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_q8(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, wide, .. } = *self;
+        let nt = nt.min(QUANT_TOKENS);
+        let zero = _mm256_setzero_si256();
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for o in rows {
+            // SAFETY (every raw read): the caller's contract; groups g0..g0+8 are inside the row
+            // and each token's activations.
+            let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
+            let mut acc = [[_mm256_setzero_ps(); 2]; QUANT_TOKENS];
+            for g0 in (0..gpr).step_by(AVX2_BLOCK) {
+                let wblk = unsafe { wrow.add(32 * g0) };
+                for line in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+                }
+                // per token: the first half block's groups 0–3, folded once (see below)
+                let mut first = [zero; QUANT_TOKENS];
+                for half in 0..2 {
+                    // groups 2c, 2c+1 (c = 2·half, 2·half+1): [a 0–15 | b 0–15] and
+                    // [a 16–31 | b 16–31], each widened in two
+                    let w: [[__m256i; 4]; 2] = core::array::from_fn(|c| {
+                        let (a, b) = unsafe { (wblk.add(128 * half + 64 * c), wblk.add(128 * half + 64 * c + 32)) };
+                        let (lo, hi) = unsafe {
+                            (
+                                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.cast())), _mm_loadu_si128(b.cast())),
+                                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.add(16).cast())), _mm_loadu_si128(b.add(16).cast())),
+                            )
+                        };
+                        [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)]
+                    });
+                    let sw = unsafe { _mm256_loadu_ps(wsc.add(g0)) };
+                    for (t, (acc, first)) in acc.iter_mut().zip(&mut first).enumerate().take(nt) {
+                        let t = t0 + t;
+                        let xt = unsafe { wide.add(t * cols + 32 * g0 + 128 * half) };
+                        // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1 (times 256)
+                        let mut s = [zero; 2];
+                        for (c, (s, w)) in s.iter_mut().zip(&w).enumerate() {
+                            let mut m = [zero; 4];
+                            for (k, (m, &w)) in m.iter_mut().zip(w).enumerate() {
+                                *m = _mm256_madd_epi16(w, unsafe { _mm256_loadu_si256(xt.add(64 * c + 16 * k).cast()) });
+                            }
+                            *s = _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]));
+                        }
+                        let f = fold32(s[0], s[1]);
+                        if half == 0 {
+                            *first = f;
+                            continue;
+                        }
+                        // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+                        let isum = _mm256_permutevar8x32_epi32(fold64(*first, f), order);
+                        unsafe { self.add_terms(acc, _mm256_srai_epi32::<8>(isum), sw, t, g0) };
+                    }
+                }
+            }
+            for (t, [lo, hi]) in acc.into_iter().enumerate().take(nt) {
+                store(t0 + t, o, reduce_avx2(lo, hi));
+            }
+        }
+    }
+
+    /// q4 rows against tokens t0..t0+nt, as [`Self::rows_q8`].
+    ///
+    /// # Safety
+    /// As [`Self::rows_q8`] (rows of `cols / 2` bytes; tokens in `q`, `xs` and `sums`).
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_q4(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, q, sums, .. } = *self;
+        let nt = nt.min(QUANT_TOKENS);
+        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for o in rows {
+            // SAFETY (every raw read): as in rows_q8.
+            let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
+            let mut acc = [[_mm256_setzero_ps(); 2]; QUANT_TOKENS];
+            for g0 in (0..gpr).step_by(AVX2_BLOCK) {
+                let wblk = unsafe { wrow.add(16 * g0) };
+                for line in 0..2 {
+                    _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+                }
+                // four vectors of two groups' nibbles: low = even elements, high = odd
+                let w: [[__m256i; 2]; 4] = core::array::from_fn(|c| {
+                    let p = unsafe { _mm256_loadu_si256(wblk.add(32 * c).cast()) };
+                    [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)]
+                });
+                let sw = unsafe { _mm256_loadu_ps(wsc.add(g0)) };
+                for (t, acc) in acc.iter_mut().enumerate().take(nt) {
+                    let t = t0 + t;
+                    let xt = unsafe { q.add(t * cols + 32 * g0) };
+                    // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each),
+                    // then their odd ones; groups 2c, 2c+1 sit at 32(c % 2) of block c / 2.
+                    // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1
+                    let mut s = [_mm256_setzero_si256(); 4];
+                    for (c, (s, &[lo, hi])) in s.iter_mut().zip(&w).enumerate() {
+                        let base = unsafe { xt.add(128 * (c / 2) + 32 * (c % 2)) };
+                        let (even, odd) = unsafe { (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast())) };
+                        *s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd)), ones);
+                    }
+                    // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+                    let isum = _mm256_permutevar8x32_epi32(fold64(fold32(s[0], s[1]), fold32(s[2], s[3])), order);
+                    // take off the + 8 of the stored nibbles, 8 · Σx per group
+                    let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(unsafe { _mm256_loadu_si256(sums.add(t * gpr + g0).cast()) }));
+                    unsafe { self.add_terms(acc, isum, sw, t, g0) };
+                }
+            }
+            for (t, [lo, hi]) in acc.into_iter().enumerate().take(nt) {
+                store(t0 + t, o, reduce_avx2(lo, hi));
+            }
+        }
+    }
+}
