@@ -10,7 +10,7 @@ use half::f16;
 
 mod amx;
 
-use super::{attention_impl, linear_impl, quant_job, reduce, Attend, Dots, KvElem, Matrix, MatrixData, QuantJob, QuantOrder, LANES};
+use super::{attention_impl, linear_impl, quant_job, reduce, wide16_len, Attend, Dots, KvElem, Matrix, MatrixData, QuantJob, QuantOrder, LANES};
 use crate::kv_cache::{HeadRows, KvHead};
 
 /// Whether the CPU has AVX-512F/BW, and `GPT2_MCU_NO_AVX512` (set and not "0") does not turn
@@ -248,6 +248,20 @@ trait Weight: KvElem {
     /// # Safety
     /// `p` must be readable for 8 elements and the CPU must have AVX2 and F16C.
     unsafe fn load8(p: *const Self) -> __m256;
+    /// The first `n < 8` of 8 elements as f32, the other lanes 0.0; reads only those `n`.
+    ///
+    /// # Safety
+    /// `p` must be readable for `n` elements and the CPU must have AVX2 and F16C.
+    #[inline(always)]
+    unsafe fn load_part8(p: *const Self, n: usize) -> __m256 {
+        let mut v = [0.0f32; 8];
+        for (i, v) in v.iter_mut().enumerate().take(n) {
+            // SAFETY: i < n.
+            *v = unsafe { *p.add(i) }.widen();
+        }
+        // SAFETY: v is [f32; 8] (AVX: the caller's contract).
+        unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
 }
 
 impl Weight for f32 {
@@ -261,6 +275,11 @@ impl Weight for f32 {
         // SAFETY: the caller guarantees 32 readable bytes and AVX2.
         unsafe { _mm256_loadu_ps(p) }
     }
+    #[inline(always)]
+    unsafe fn load_part8(p: *const Self, n: usize) -> __m256 {
+        // SAFETY: the masked load reads the first n floats only (the caller's range; AVX).
+        unsafe { _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) }
+    }
 }
 
 impl Weight for f16 {
@@ -273,6 +292,23 @@ impl Weight for f16 {
     unsafe fn load8(p: *const Self) -> __m256 {
         // SAFETY: the caller guarantees 16 readable bytes and F16C.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_part8(p: *const Self, n: usize) -> __m256 {
+        // SAFETY: the masked load reads the pairs below n / 2 only, the scalar read element
+        // n - 1 (the caller's range); AVX2 and F16C (the caller's contract).
+        unsafe {
+            // the first n / 2 pairs by a masked dword load, an odd last one by itself
+            let pairs = _mm_cmpgt_epi32(_mm_set1_epi32((n / 2) as i32), _mm_setr_epi32(0, 1, 2, 3));
+            let mut v = _mm_maskload_epi32(p.cast(), pairs);
+            if n % 2 == 1 {
+                let last = i32::from(p.add(n - 1).cast::<u16>().read_unaligned());
+                // the half at n - 1 = 2 · (n / 2): the low half of dword n / 2
+                let lane = _mm_cmpeq_epi32(_mm_set1_epi32((n / 2) as i32), _mm_setr_epi32(0, 1, 2, 3));
+                v = _mm_or_si128(v, _mm_and_si128(lane, _mm_set1_epi32(last)));
+            }
+            _mm256_cvtph_ps(v)
+        }
     }
 }
 
@@ -714,42 +750,188 @@ impl Attend for Avx2 {
     }
     #[inline(always)]
     fn scores_f32(&self, q: &[f32], keys: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
-        for (x, k) in scores.iter_mut().zip(keys.rows()) {
-            // SAFETY: an Avx2 exists only when the CPU has AVX2.
-            *x = unsafe { dot_avx2(k, q) } * scale;
-        }
+        // SAFETY: an Avx2 exists only when the CPU has AVX2 and F16C.
+        unsafe { scores_avx2(q, keys, scale, scores) }
     }
     #[inline(always)]
     fn scores_f16(&self, q: &[f32], keys: &HeadRows<'_, f16>, scale: f32, scores: &mut [f32]) {
-        for (x, k) in scores.iter_mut().zip(keys.rows()) {
-            // SAFETY: an Avx2 exists only when the CPU has AVX2 and F16C.
-            *x = unsafe { dot_avx2(k, q) } * scale;
-        }
+        // SAFETY: as above.
+        unsafe { scores_avx2(q, keys, scale, scores) }
+    }
+    #[inline(always)]
+    fn mix_f32(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f32>) {
+        // SAFETY: as above.
+        unsafe { mix_avx2(out, weights, values) }
     }
     #[inline(always)]
     fn mix_f16(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
         // SAFETY: as above.
-        unsafe { mix_f16_avx2(out, weights, values) }
+        unsafe { mix_avx2(out, weights, values) }
     }
 }
 
-/// The portable `mix_rows` for f16 values: `out_i = Σ_s w_s · v_s,i` in order of s from 0
-/// (per element: add the product, no FMA), eight elements widened at a time.
+/// Up to 8 elements at `p` as f32 (`n` of them; the lanes from `n` on are 0.0), reading only
+/// those `n`.
+///
+/// # Safety
+/// `p` must be readable for `n ≤ 8` elements; AVX2 and F16C.
+#[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn mix_f16_avx2(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for (&w, row) in weights.iter().zip(values.rows()) {
-        let wv = _mm256_set1_ps(w);
-        let (o8, o_rest) = out.as_chunks_mut::<8>();
-        let (v8, v_rest) = row.as_chunks::<8>();
-        for (o, v) in o8.iter_mut().zip(v8) {
-            // SAFETY: o is [f32; 8] and v holds 8 f16.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_add_ps(_mm256_loadu_ps(o.as_ptr()), _mm256_mul_ps(wv, f16::load8(v.as_ptr())))) };
+unsafe fn load_upto8<W: Weight>(p: *const W, n: usize) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe { if n >= 8 { W::load8(p) } else { W::load_part8(p, n) } }
+}
+
+/// A query of D elements for the AVX2 key dots: its chunks of 16, and the last `D % 16`
+/// elements padded with zeros.
+struct QueryAvx2<'a> {
+    chunks: &'a [[f32; LANES]],
+    tail: [__m256; 2],
+    rem: usize,
+}
+
+impl QueryAvx2<'_> {
+    /// The 16 lane sums [`super::dot_f32`] / [`super::dot_f16`] build for `row · q` before their
+    /// tree (lanes 0–7, 8–15): each chunk's products in order, then the tail's in lanes below
+    /// `rem`; the lanes from `rem` on add 0 · 0 = +0.0, which leaves them as they were (a lane
+    /// that starts at +0.0 and adds products is never -0.0).
+    ///
+    /// # Safety
+    /// `row` must be readable for `16 · chunks.len() + rem` elements; AVX2 and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn lane_sums<W: Weight>(&self, row: *const W) -> [__m256; 2] {
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (c, qc) in self.chunks.iter().enumerate() {
+            // SAFETY: elements 16c..16c+16 are in the caller's range; qc is [f32; 16].
+            unsafe {
+                let p = row.add(LANES * c);
+                lo = _mm256_add_ps(lo, _mm256_mul_ps(W::load8(p), _mm256_loadu_ps(qc.as_ptr())));
+                hi = _mm256_add_ps(hi, _mm256_mul_ps(W::load8(p.add(8)), _mm256_loadu_ps(qc.as_ptr().add(8))));
+            }
         }
-        for (o, v) in o_rest.iter_mut().zip(v_rest) {
-            *o += w * v.to_f32();
+        if self.rem > 0 {
+            let p = row.wrapping_add(LANES * self.chunks.len());
+            // SAFETY: elements 16 · chunks.len() + j, j < rem, are in the caller's range.
+            let (k0, k1) = unsafe { (load_upto8(p, self.rem), load_upto8(p.wrapping_add(8), self.rem.saturating_sub(8))) };
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(k0, self.tail[0]));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(k1, self.tail[1]));
+        }
+        [lo, hi]
+    }
+}
+
+/// `scores[s] = dot(q, keys[s]) · scale` with the lane sums and reduction tree of
+/// [`super::dot_f32`] (f32) / [`super::dot_f16`] (f16), bit for bit: eight positions' trees side
+/// by side (step k of `reduce` for the eight at once), the rest one by one.
+#[target_feature(enable = "avx2,f16c")]
+fn scores_avx2<W: Weight>(q: &[f32], keys: &HeadRows<'_, W>, scale: f32, scores: &mut [f32]) {
+    let d = keys.width().min(q.len());
+    let n = keys.len().min(scores.len());
+    let (chunks, tail) = q.get(..d).unwrap_or(&[]).as_chunks::<LANES>();
+    let mut padded = [0.0f32; LANES];
+    padded.iter_mut().zip(tail).for_each(|(p, &t)| *p = t);
+    // SAFETY: padded is [f32; 16].
+    let query = QueryAvx2 { chunks, tail: unsafe { [_mm256_loadu_ps(padded.as_ptr()), _mm256_loadu_ps(padded.as_ptr().add(8))] }, rem: tail.len() };
+    let (base, stride) = (keys.data().as_ptr(), keys.stride());
+    // SAFETY (every `lane_sums(row(s))` below): s < n ≤ keys.len(), so row s (width ≥ d elements
+    // at s · stride) lies inside keys.data() (the HeadRows invariant).
+    let row = |s: usize| base.wrapping_add(s * stride);
+    let scale8 = _mm256_set1_ps(scale);
+    let (blocks, rest) = scores.get_mut(..n).unwrap_or(&mut []).as_chunks_mut::<8>();
+    for (b, out) in blocks.iter_mut().enumerate() {
+        let s0 = 8 * b;
+        // ask for the next block's rows (see `prefetch_row`)
+        for s in s0 + 8..s0 + 16 {
+            prefetch_row(row(s), d);
+        }
+        // step 1 (lane i + lane i+8) of each position: a8[p]
+        let a8: [__m256; 8] = core::array::from_fn(|p| {
+            let [lo, hi] = unsafe { query.lane_sums(row(s0 + p)) };
+            _mm256_add_ps(lo, hi)
+        });
+        // step 2 (i + i+4): positions p, p+1 in the two 128-bit halves
+        let mut a4 = [_mm256_setzero_ps(); 4];
+        for (a, &[x, y]) in a4.iter_mut().zip(a8.as_chunks::<2>().0) {
+            *a = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(x, y), _mm256_permute2f128_ps::<0x31>(x, y));
+        }
+        // step 3 (i + i+2): per half, [x0+x2, x1+x3] of one position, then of another
+        let mut a2 = [_mm256_setzero_ps(); 2];
+        for (a, &[x, y]) in a2.iter_mut().zip(a4.as_chunks::<2>().0) {
+            *a = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(x, y), _mm256_shuffle_ps::<0xEE>(x, y));
+        }
+        // step 4 (i + i+1): element j of half h holds position (h + 2·(j % 2) + 4·(j / 2))
+        let a1 = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(a2[0], a2[1]), _mm256_shuffle_ps::<0xDD>(a2[0], a2[1]));
+        let sums = _mm256_permutevar8x32_ps(a1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: out is [f32; 8].
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sums, scale8)) };
+    }
+    let done = blocks.len() * 8;
+    for (s, x) in rest.iter_mut().enumerate() {
+        // SAFETY: see above (done + s < n).
+        let [lo, hi] = unsafe { query.lane_sums(row(done + s)) };
+        *x = reduce_avx2(lo, hi) * scale;
+    }
+}
+
+/// `out_i = Σ_s weights[s] · values[s]_i` in order of s, from 0: blocks of up to 64 elements
+/// whose sums stay in eight registers across all positions (the last vector of a head that is
+/// not a multiple of 8 wide is read in part).
+#[target_feature(enable = "avx2,f16c")]
+fn mix_avx2<W: Weight>(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, W>) {
+    out.iter_mut().for_each(|o| *o = 0.0);
+    let d = values.width().min(out.len());
+    let n = weights.len().min(values.len());
+    let weights = weights.get(..n).unwrap_or(&[]);
+    let (base, stride) = (values.data().as_ptr(), values.stride());
+    for (b, o) in out.get_mut(..d).unwrap_or(&mut []).chunks_mut(64).enumerate() {
+        // SAFETY: elements 64b..64b + o.len() ≤ d ≤ width of rows s < n ≤ values.len() lie inside
+        // values.data() (the HeadRows invariant).
+        unsafe {
+            let col = base.wrapping_add(64 * b);
+            match o.len().div_ceil(8) {
+                8 => mix_block_avx2::<W, 8>(o, weights, col, stride),
+                7 => mix_block_avx2::<W, 7>(o, weights, col, stride),
+                6 => mix_block_avx2::<W, 6>(o, weights, col, stride),
+                5 => mix_block_avx2::<W, 5>(o, weights, col, stride),
+                4 => mix_block_avx2::<W, 4>(o, weights, col, stride),
+                3 => mix_block_avx2::<W, 3>(o, weights, col, stride),
+                2 => mix_block_avx2::<W, 2>(o, weights, col, stride),
+                _ => mix_block_avx2::<W, 1>(o, weights, col, stride),
+            }
         }
     }
+}
+
+/// `out` (8(N-1) < len ≤ 8N elements) = `Σ_s weights[s]` · the elements at `col + s · stride`,
+/// in order of s.
+///
+/// # Safety
+/// For every s < weights.len(), `col + s · stride` must be readable for `out.len()` elements;
+/// AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn mix_block_avx2<W: Weight, const N: usize>(out: &mut [f32], weights: &[f32], col: *const W, stride: usize) {
+    let len = out.len().min(8 * N);
+    let last = len - 8 * (N - 1); // elements of the last vector, 1..=8
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (s, &w) in weights.iter().enumerate() {
+        let (w, row) = (_mm256_set1_ps(w), col.wrapping_add(s * stride));
+        prefetch_row(row.wrapping_add(KV_AHEAD * stride), len);
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: the elements read are below len in row s (the caller's contract).
+            let v = unsafe { if k + 1 < N { W::load8(row.add(8 * k)) } else { load_upto8(row.add(8 * k), last) } };
+            *a = _mm256_add_ps(*a, _mm256_mul_ps(w, v));
+        }
+    }
+    let mut all = [0.0f32; 64];
+    for (k, a) in acc.iter().enumerate() {
+        if let Some(dst) = all.get_mut(8 * k..8 * k + 8) {
+            // SAFETY: dst holds 8 floats.
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *a) };
+        }
+    }
+    out.iter_mut().zip(all).for_each(|(o, a)| *o = a);
 }
 
 impl Attend for Avx512 {
@@ -1045,7 +1227,7 @@ const KV_AHEAD: usize = 8;
 /// so decode's attention waited on every row. A prefetch never faults: past the cache's end
 /// it does nothing.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "sse")]
 fn prefetch_row<W>(row: *const W, n: usize) {
     let (p, bytes) = (row.cast::<u8>(), n * core::mem::size_of::<W>());
     for off in (0..bytes).step_by(64) {
@@ -1080,7 +1262,7 @@ unsafe fn mix_block<W: Weight, const N: usize>(out: &mut [[f32; LANES]], weights
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::tests::quant_linear_matches_portable;
+    use crate::kernels::tests::{quant_linear_matches_portable, quant_linear_matches_portable_in_groups};
 
     #[test]
     fn simd_f16_and_i8_dots_equal_portable() {
@@ -1280,12 +1462,28 @@ mod tests {
         if Avx2::detect().is_none() {
             return;
         }
-        let takes = |_q4: bool, cols: usize| cols.is_multiple_of(256);
+        // q8: any rows of groups of 32 whose padded int16 activations fit the scratch a session
+        // gives (a row of one group does not); q4: rows of whole blocks of 8 groups
+        let room = |cols: usize, group: usize| super::super::wide16_scratch_len(cols, group) <= super::super::quant_scratch_len(cols, crate::model::MIN_GROUP);
+        let takes = |q4: bool, cols: usize| if q4 { cols.is_multiple_of(256) } else { room(cols, 32) };
         // SAFETY: AVX2 and F16C are present (checked).
         let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
-        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
+        // q8 with other groups (the shipped model's 28; 4..=32, a multiple of 4: masked loads,
+        // groups padded in the activations, blocks of 1 to 8 groups); q4 declines them
+        for (group, shapes) in [(28usize, &[(5usize, 112usize), (3, 28), (2, 252), (4, 448)][..]), (4, &[(3, 36)][..]), (20, &[(3, 100), (2, 360)][..]), (16, &[(3, 48), (2, 256)][..])] {
+            let q8_only = |q4: bool, cols: usize| !q4 && room(cols, group);
+            quant_linear_matches_portable_in_groups(13, group, shapes, &[1, 2, 9], q8_only, avx2);
+            // and with the room the padded layout needs, which such groups take where a caller
+            // gives it
+            let roomy = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, _: &mut [f32]| {
+                let mut scratch = std::vec![0.0f32; x.len() / m.cols * super::super::wide16_scratch_len(m.cols, group)];
+                avx2(out, x, m, bias, acc, &mut scratch)
+            };
+            quant_linear_matches_portable_in_groups(14, group, shapes, &[1, 2, 9], |q4, _| !q4, roomy);
+        }
     }
 
     /// The shapes `linear_quant_vnni` takes (group 32): q8 rows of whole 64-byte vectors, q4 rows
@@ -1702,12 +1900,20 @@ fn fold64(a: __m256i, b: __m256i) -> __m256i {
 /// written nothing, for other dtypes and shapes or a short scratch.
 #[target_feature(enable = "avx2,f16c")]
 fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    // q8: groups of 4..=32 values, a multiple of 4 (masked dword loads for groups below 32);
+    // q4: groups of 32, rows of whole blocks of 8 groups
+    let group = match w.data {
+        MatrixData::Q8 { group, .. } if group % 4 == 0 && (4..=32).contains(&group) => group,
+        _ => VNNI_GROUP,
+    };
     let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Wide16 };
-    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, wide }) = quant_job(x, out.len(), w, VNNI_GROUP, |_| AVX2_BLOCK * VNNI_GROUP, order, scratch) else {
+    let multiple = |q4| if q4 { AVX2_BLOCK * VNNI_GROUP } else { group };
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, wide }) = quant_job(x, out.len(), w, group, multiple, order, scratch) else {
         return false;
     };
     let row_bytes = if q4 { cols / 2 } else { cols };
-    let a = Avx2Quant { cols, gpr, q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
+    let full = group == VNNI_GROUP && gpr % AVX2_BLOCK == 0;
+    let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
     let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
     for r0 in (0..rows).step_by(block_rows) {
@@ -1719,8 +1925,26 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
             unsafe {
                 if q4 {
                     a.rows_q4(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store)
+                } else if gpr <= 4 {
+                    // rows of at most 4 groups: two rows a block
+                    let pairs_end = r0 + (r1 - r0) / 2 * 2;
+                    match nt {
+                        1 => a.rows2_q8::<1>(data.as_ptr(), scales.as_ptr(), r0..pairs_end, t0, nt, &mut store),
+                        _ => a.rows2_q8::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..pairs_end, t0, nt, &mut store),
+                    }
+                    if pairs_end < r1 {
+                        match nt {
+                            1 => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
+                            _ => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
+                        }
+                    }
                 } else {
-                    a.rows_q8(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store)
+                    match (full, nt) {
+                        (true, 1) => a.rows_q8::<true, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (true, _) => a.rows_q8::<true, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (false, 1) => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (false, _) => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                    }
                 }
             }
         }
@@ -1732,9 +1956,12 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
 struct Avx2Quant {
     cols: usize,
     gpr: usize,
+    group: usize,
+    /// Halves of `wide` per token ([`wide16_len`]).
+    x_stride: usize,
     /// q4: int8 values `[T, cols]` in [`QuantOrder::Q4Pairs`] order.
     q: *const i8,
-    /// q8: int16 values `[T, cols]` in [`QuantOrder::Wide16`] order.
+    /// q8: int16 values in [`QuantOrder::Wide16`] order, `x_stride` a token.
     wide: *const i16,
     /// Scales `[T, gpr]`.
     xs: *const f32,
@@ -1742,88 +1969,248 @@ struct Avx2Quant {
     sums: *const i32,
 }
 
+/// Adds the float terms `isum as f32 · (sw · sx)` of one block of 8 groups from group g0 to an
+/// output's accumulator: lanes 0–7 for even blocks, 8–15 for odd ones (group g into lane g % 16).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn add_terms(acc: &mut [__m256; 2], isum: __m256i, sw: __m256, sx: __m256, g0: usize) {
+    let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx));
+    if let Some(a) = acc.get_mut(g0 / AVX2_BLOCK % 2) {
+        *a = _mm256_add_ps(*a, term);
+    }
+}
+
+/// The first `n` of 4 dword lanes set (a `vpmaskmovd` mask).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mask4(n: usize) -> __m128i {
+    _mm_cmpgt_epi32(_mm_set1_epi32(n as i32), _mm_setr_epi32(0, 1, 2, 3))
+}
+
+/// The first `n` of 8 dword lanes set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mask8(n: usize) -> __m256i {
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+}
+
+/// Two q8 groups at `p` and `p + group` as int16 times 256 in the [`QuantOrder::Wide16`] order
+/// of a pair: `[x 0–15 | y 0–15]` and `[x 16–31 | y 16–31]`, each widened in two; `mx`, `my`:
+/// each group's dword masks of its bytes 0–15 and 16–31 (masked lanes are not read, and 0).
+///
+/// # Safety
+/// The bytes the masks keep must be readable; AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn widen_pair(p: *const u8, group: usize, mx: [__m128i; 2], my: [__m128i; 2]) -> [__m256i; 4] {
+    let zero = _mm256_setzero_si256();
+    let q = p.wrapping_add(group);
+    // SAFETY: the caller's contract.
+    let (lo, hi) = unsafe {
+        (
+            _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(p.cast(), mx[0])), _mm_maskload_epi32(q.cast(), my[0])),
+            _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(p.wrapping_add(16).cast(), mx[1])), _mm_maskload_epi32(q.wrapping_add(16).cast(), my[1])),
+        )
+    };
+    [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)]
+}
+
+/// The partial sums of a pair of groups (lanes 0–3: the first, 4–7: the second; times 256): its
+/// widened weights `w` against the pair's 64 int16 activations at `x`.
+///
+/// # Safety
+/// `x` must be readable for 64 halves; AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn pair_sums(w: &[__m256i; 4], x: *const i16) -> __m256i {
+    let [w0, w1, w2, w3] = *w;
+    // SAFETY: the caller's contract.
+    let [x0, x1, x2, x3] = unsafe { [0, 16, 32, 48].map(|k| _mm256_loadu_si256(x.add(k).cast())) };
+    let (a, b) = (_mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1)), _mm256_add_epi32(_mm256_madd_epi16(w2, x2), _mm256_madd_epi16(w3, x3)));
+    _mm256_add_epi32(a, b)
+}
+
 impl Avx2Quant {
-    /// Adds the float terms of one block of 8 group sums (`isum`, groups g0..g0+8) of token t to
-    /// its accumulator: lanes 0–7 for even blocks, 8–15 for odd ones (group g into lane g % 16).
+    /// q8 rows `rows` (of `wrows`/`wsc`, the matrix's bytes and scales) against tokens
+    /// t0..t0+nt (nt ≤ NT; NT = 1 for decode keeps everything in registers): per block of 8 groups, the row's weights are loaded and widened once
+    /// and used for the nt tokens. FULL: groups of 32 and whole blocks (plain loads); else any
+    /// group of 4..=32 values, a multiple of 4: a group's bytes are read with masked dword loads
+    /// (nothing past it is touched), and the groups missing from the last block are zero in the
+    /// weights, the activations' padding and the scales, so their lanes add +0.0 (a lane that
+    /// starts at +0.0 and adds products never holds -0.0, so that changes nothing).
     ///
     /// # Safety
-    /// Groups g0..g0+8 of token t must exist in `xs`; AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn add_terms(&self, acc: &mut [__m256; 2], isum: __m256i, sw: __m256, t: usize, g0: usize) {
-        // SAFETY: the caller's contract.
-        let sx = unsafe { _mm256_loadu_ps(self.xs.add(t * self.gpr + g0)) };
-        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx));
-        if let Some(a) = acc.get_mut(g0 / AVX2_BLOCK % 2) {
-            *a = _mm256_add_ps(*a, term);
+    /// The rows must exist (`cols` bytes, `gpr` scales each) and tokens t0..t0+nt must exist in
+    /// `wide` (`x_stride` halves each) and `xs`; FULL only with groups of 32 and `gpr` a multiple
+    /// of 8; AVX2.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_q8<const FULL: bool, const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, group, .. } = *self;
+        let nt = nt.min(NT);
+        // masked loads (groups below 32; the last, partial block): the dword masks of each
+        // group's bytes 0–15 and 16–31, all clear for the groups a block does not have, so the
+        // loads take no branch and touch only a row's own bytes
+        let masks_for = |ng: usize| -> [[__m128i; 2]; AVX2_BLOCK] {
+            core::array::from_fn(|g| {
+                let n = if g < ng { group } else { 0 };
+                [mask4(n.min(16) / 4), mask4(n.saturating_sub(16) / 4)]
+            })
+        };
+        let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
+        let (full_masks, last_masks) = (masks_for(AVX2_BLOCK), masks_for(gpr - full));
+        let plain = FULL || group == VNNI_GROUP;
+        for o in rows {
+            // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
+            let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
+            let (mut lo, mut hi) = ([_mm256_setzero_ps(); NT], [_mm256_setzero_ps(); NT]);
+            // blocks in pairs: group g goes to lane g % 16
+            for g0 in (0..full).step_by(AVX2_BLOCK) {
+                let acc = if (g0 / AVX2_BLOCK).is_multiple_of(2) { &mut lo } else { &mut hi };
+                // SAFETY: the caller's contract (groups g0..g0+8 of the row and the tokens).
+                unsafe { self.block_q8::<NT>(wrow, wsc, g0, AVX2_BLOCK, if plain { None } else { Some(&full_masks) }, t0, nt, acc) };
+            }
+            if !FULL && full < gpr {
+                let acc = if (full / AVX2_BLOCK).is_multiple_of(2) { &mut lo } else { &mut hi };
+                // SAFETY: as above, groups full..gpr.
+                unsafe { self.block_q8::<NT>(wrow, wsc, full, gpr - full, Some(&last_masks), t0, nt, acc) };
+            }
+            for (t, (lo, hi)) in lo.into_iter().zip(hi).enumerate().take(nt) {
+                store(t0 + t, o, reduce_avx2(lo, hi));
+            }
         }
     }
 
-    /// q8 rows `rows` (of `wrows`/`wsc`, the matrix's bytes and scales) against tokens
-    /// t0..t0+nt (nt ≤ 8): per block of 8 groups, the row's weights are loaded and widened once
-    /// and used for the nt tokens.
+    /// One block of `ng ≤ 8` groups from group g0 of a q8 row (`wrow`, scales `wsc`) against
+    /// tokens t0..t0+nt, its terms added to `acc` (per token, lanes 0–7 or 8–15 of its sums).
+    /// `masks`: None for whole groups of 32 (plain loads), else each group's dword masks (see
+    /// [`Self::rows_q8`]).
     ///
     /// # Safety
-    /// The rows must exist (`cols` bytes, `gpr` scales each), `gpr` a multiple of 8, and tokens
-    /// t0..t0+nt must exist in `wide` and `xs`; AVX2.
-    #[inline(never)]
+    /// Groups g0..g0+ng of the row and of tokens t0..t0+nt must exist; with None, ng = 8 and
+    /// groups of 32; AVX2.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_q8(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
-        let Self { cols, gpr, wide, .. } = *self;
-        let nt = nt.min(QUANT_TOKENS);
-        let zero = _mm256_setzero_si256();
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        for o in rows {
-            // SAFETY (every raw read): the caller's contract; groups g0..g0+8 are inside the row
-            // and each token's activations.
-            let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
-            let mut acc = [[_mm256_setzero_ps(); 2]; QUANT_TOKENS];
-            for g0 in (0..gpr).step_by(AVX2_BLOCK) {
-                let wblk = unsafe { wrow.add(32 * g0) };
-                for line in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
-                }
-                // per token: the first half block's groups 0–3, folded once (see below)
-                let mut first = [zero; QUANT_TOKENS];
-                for half in 0..2 {
-                    // groups 2c, 2c+1 (c = 2·half, 2·half+1): [a 0–15 | b 0–15] and
-                    // [a 16–31 | b 16–31], each widened in two
-                    let w: [[__m256i; 4]; 2] = core::array::from_fn(|c| {
-                        let (a, b) = unsafe { (wblk.add(128 * half + 64 * c), wblk.add(128 * half + 64 * c + 32)) };
-                        let (lo, hi) = unsafe {
-                            (
-                                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.cast())), _mm_loadu_si128(b.cast())),
-                                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.add(16).cast())), _mm_loadu_si128(b.add(16).cast())),
-                            )
-                        };
-                        [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)]
-                    });
-                    let sw = unsafe { _mm256_loadu_ps(wsc.add(g0)) };
-                    for (t, (acc, first)) in acc.iter_mut().zip(&mut first).enumerate().take(nt) {
+    unsafe fn block_q8<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g0: usize, ng: usize, masks: Option<&[[__m128i; 2]; AVX2_BLOCK]>, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
+        let Self { gpr, group, x_stride, wide, xs, .. } = *self;
+        // SAFETY (every raw read): the caller's contract; masked loads touch only the lanes they
+        // keep.
+        unsafe {
+            let zero = _mm256_setzero_si256();
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            let wblk = wrow.wrapping_add(group * g0);
+            for line in 0..4 {
+                _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+            }
+            let fmask = mask8(ng);
+            let sw = if masks.is_none() { _mm256_loadu_ps(wsc.add(g0)) } else { _mm256_maskload_ps(wsc.add(g0), fmask) };
+            let load = |p: *const u8, g: usize, second: bool| match masks {
+                None => _mm_loadu_si128(p.cast()),
+                Some(m) => _mm_maskload_epi32(p.cast(), m.get(g).map_or(_mm_setzero_si128(), |m| if second { m[1] } else { m[0] })),
+            };
+            // per token: the first half block's groups 0–3, folded once (see below)
+            let mut first = [zero; NT];
+            for half in 0..2 {
+                // pairs of groups whose activations exist (the last block may have fewer)
+                let pairs = ng.saturating_sub(4 * half).div_ceil(2).min(2);
+                if pairs == 0 {
+                    // no groups in this half: its sums are zero
+                    for (t, (acc, first)) in acc.iter_mut().zip(&first).enumerate().take(nt) {
                         let t = t0 + t;
-                        let xt = unsafe { wide.add(t * cols + 32 * g0 + 128 * half) };
-                        // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1 (times 256)
-                        let mut s = [zero; 2];
-                        for (c, (s, w)) in s.iter_mut().zip(&w).enumerate() {
-                            let mut m = [zero; 4];
-                            for (k, (m, &w)) in m.iter_mut().zip(w).enumerate() {
-                                *m = _mm256_madd_epi16(w, unsafe { _mm256_loadu_si256(xt.add(64 * c + 16 * k).cast()) });
-                            }
-                            *s = _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]));
-                        }
-                        let f = fold32(s[0], s[1]);
-                        if half == 0 {
-                            *first = f;
-                            continue;
-                        }
-                        // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
-                        let isum = _mm256_permutevar8x32_epi32(fold64(*first, f), order);
-                        unsafe { self.add_terms(acc, _mm256_srai_epi32::<8>(isum), sw, t, g0) };
+                        let isum = _mm256_srai_epi32::<8>(_mm256_permutevar8x32_epi32(fold64(*first, zero), order));
+                        let sx = _mm256_maskload_ps(xs.add(t * gpr + g0), fmask);
+                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
                     }
+                    break;
+                }
+                // groups a = 2c, b = 2c+1 (c = 2·half, 2·half+1): [a 0–15 | b 0–15] and
+                // [a 16–31 | b 16–31], each widened in two
+                let w: [[__m256i; 4]; 2] = core::array::from_fn(|c| {
+                    let a = 4 * half + 2 * c;
+                    let (pa, pb) = (wblk.wrapping_add(group * a), wblk.wrapping_add(group * (a + 1)));
+                    let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(pa, a, false)), load(pb, a + 1, false));
+                    let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(pa.wrapping_add(16), a, true)), load(pb.wrapping_add(16), a + 1, true));
+                    [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)]
+                });
+                for (t, (acc, first)) in acc.iter_mut().zip(&mut first).enumerate().take(nt) {
+                    let t = t0 + t;
+                    let xt = wide.wrapping_add(t * x_stride + 32 * g0 + 128 * half);
+                    // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1 (times 256)
+                    let mut s = [zero; 2];
+                    for (c, (s, w)) in s.iter_mut().zip(&w).enumerate().take(pairs) {
+                        let mut m = [zero; 4];
+                        for (k, (m, &w)) in m.iter_mut().zip(w).enumerate() {
+                            *m = _mm256_madd_epi16(w, _mm256_loadu_si256(xt.add(64 * c + 16 * k).cast()));
+                        }
+                        *s = _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]));
+                    }
+                    let f = fold32(s[0], s[1]);
+                    if half == 0 {
+                        *first = f;
+                        continue;
+                    }
+                    // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+                    let isum = _mm256_srai_epi32::<8>(_mm256_permutevar8x32_epi32(fold64(*first, f), order));
+                    let sx = if masks.is_none() { _mm256_loadu_ps(xs.add(t * gpr + g0)) } else { _mm256_maskload_ps(xs.add(t * gpr + g0), fmask) };
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
                 }
             }
-            for (t, [lo, hi]) in acc.into_iter().enumerate().take(nt) {
-                store(t0 + t, o, reduce_avx2(lo, hi));
+        }
+    }
+
+    /// [`Self::rows_q8`] for rows of at most 4 groups (the shipped model's 112 columns in groups
+    /// of 28), two rows a block: row a's groups in lanes 0–3, row b's in 4–7, so that the weight
+    /// loads, folds and float steps of a full block serve two rows. Each lane does what it does
+    /// alone. A row's sums stay in lanes 0–3 (its lanes 4–15 are +0.0 throughout), so the tree of
+    /// `reduce` comes to `(l0 + l2) + (l1 + l3)`: its other additions add +0.0 to a lane that is
+    /// never -0.0, which changes nothing; both rows take it at once in their 128-bit halves.
+    ///
+    /// # Safety
+    /// As [`Self::rows_q8`], with `gpr ≤ 4` and an even number of rows.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows2_q8<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, group, x_stride, wide, xs, .. } = *self;
+        let nt = nt.min(NT);
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        // the dword masks of each group's bytes 0–15 and 16–31 (all clear for the groups a row
+        // does not have): the loads below take no branch and touch only a row's own bytes
+        let mask = |g: usize| {
+            let n = if g < gpr { group } else { 0 };
+            [mask4(n.min(16) / 4), mask4(n.saturating_sub(16) / 4)]
+        };
+        let (m0, m1, m2, m3) = (mask(0), mask(1), mask(2), mask(3));
+        let mg = mask4(gpr);
+        let two_pairs = gpr > 2;
+        // SAFETY (every raw read below): the caller's contract; masked loads touch only the
+        // lanes they keep, which lie inside the rows' groups and scales; pair 1 of a token's
+        // activations exists when gpr > 2.
+        for o in rows.step_by(2) {
+            let (wa, wb) = (wrows.wrapping_add(o * cols), wrows.wrapping_add((o + 1) * cols));
+            let sw = unsafe { _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(wsc.add(o * gpr).cast(), mg)), _mm_maskload_epi32(wsc.add((o + 1) * gpr).cast(), mg)) };
+            let sw = _mm256_castsi256_ps(sw);
+            // pairs (a0, a1), (a2, a3), (b0, b1), (b2, b3)
+            let (a01, a23) = unsafe { (widen_pair(wa, group, m0, m1), widen_pair(wa.wrapping_add(2 * group), group, m2, m3)) };
+            let (b01, b23) = unsafe { (widen_pair(wb, group, m0, m1), widen_pair(wb.wrapping_add(2 * group), group, m2, m3)) };
+            let mut acc = [_mm256_setzero_ps(); NT];
+            for (t, acc) in acc.iter_mut().enumerate().take(nt) {
+                let t = t0 + t;
+                let xt = wide.wrapping_add(t * x_stride);
+                let (s0, s2) = unsafe { (pair_sums(&a01, xt), pair_sums(&b01, xt)) };
+                let (s1, s3) = if two_pairs { unsafe { (pair_sums(&a23, xt.wrapping_add(64)), pair_sums(&b23, xt.wrapping_add(64))) } } else { (_mm256_setzero_si256(), _mm256_setzero_si256()) };
+                // [a0 a2 b0 b2 | a1 a3 b1 b3], then a0..a3 b0..b3
+                let isum = _mm256_srai_epi32::<8>(_mm256_permutevar8x32_epi32(fold64(fold32(s0, s1), fold32(s2, s3)), order));
+                let sx = unsafe { _mm_castsi128_ps(_mm_maskload_epi32(xs.add(t * gpr).cast(), mg)) };
+                let sx = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(sx), sx);
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+            }
+            for (t, &r) in acc.iter().enumerate().take(nt) {
+                // per 128-bit half: (l0 + l2) + (l1 + l3)
+                let r2 = _mm256_add_ps(r, _mm256_shuffle_ps::<0x4E>(r, r));
+                let r1 = _mm256_add_ps(r2, _mm256_shuffle_ps::<0xB1>(r2, r2));
+                store(t0 + t, o, _mm256_cvtss_f32(r1));
+                store(t0 + t, o + 1, _mm_cvtss_f32(_mm256_extractf128_ps::<1>(r1)));
             }
         }
     }
@@ -1835,7 +2222,7 @@ impl Avx2Quant {
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn rows_q4(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
-        let Self { cols, gpr, q, sums, .. } = *self;
+        let Self { cols, gpr, q, xs, sums, .. } = *self;
         let nt = nt.min(QUANT_TOKENS);
         let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -1870,7 +2257,7 @@ impl Avx2Quant {
                     let isum = _mm256_permutevar8x32_epi32(fold64(fold32(s[0], s[1]), fold32(s[2], s[3])), order);
                     // take off the + 8 of the stored nibbles, 8 · Σx per group
                     let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(unsafe { _mm256_loadu_si256(sums.add(t * gpr + g0).cast()) }));
-                    unsafe { self.add_terms(acc, isum, sw, t, g0) };
+                    add_terms(acc, isum, sw, unsafe { _mm256_loadu_ps(xs.add(t * gpr + g0)) }, g0);
                 }
             }
             for (t, [lo, hi]) in acc.into_iter().enumerate().take(nt) {
