@@ -123,7 +123,7 @@ fn softmax_avx2(x: &mut [f32]) {
 
 #[target_feature(enable = "avx2,f16c")]
 fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-    if linear_quant_avx2(out, x, w, bias, acc, scratch) || dense_prefill_avx2(out, x, w, bias, acc, scratch) {
+    if linear_quant_avx2(out, x, w, bias, acc, scratch) || dense_prefill_avx2(out, x, w, bias, acc, scratch) || dense_decode_avx2(out, x, w, bias, acc) {
         return;
     }
     linear_impl(d, out, x, w, bias, acc, scratch)
@@ -179,7 +179,9 @@ fn f16_prefill_widened(d: &Avx512, out: &mut [f32], x: &[f32], w: &Matrix<'_>, b
 
 // SAFETY (every method): an Avx2 exists only when the CPU has AVX2 and F16C.
 impl Dots for Avx2 {
-    const BLOCK4: bool = true;
+    // every f32/f16 call takes dense_prefill_avx2 or dense_decode_avx2 (this is for the q8/q4
+    // shapes the AVX2 kernel declines, the portable loop with these dots)
+    const BLOCK4: bool = false;
     #[inline(always)]
     fn f32(&self, w: &[f32], x: &[f32]) -> f32 {
         unsafe { dot_avx2(w, x) }
@@ -187,14 +189,6 @@ impl Dots for Avx2 {
     #[inline(always)]
     fn f16(&self, w: &[f16], x: &[f32]) -> f32 {
         unsafe { dot_avx2(w, x) }
-    }
-    #[inline(always)]
-    fn f32_4rows(&self, w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
-        unsafe { dot4_rows_avx2(w, x) }
-    }
-    #[inline(always)]
-    fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
-        unsafe { dot4_rows_avx2(w, x) }
     }
     #[inline(always)]
     fn i8(&self, a: &[i8], b: &[i8]) -> i32 {
@@ -435,7 +429,10 @@ fn dot_i8_avx512(a: &[i8], b: &[i8]) -> i32 {
     _mm512_reduce_add_epi32(acc) + tail
 }
 
-/// [`super::dot_f32`] with two 8-lane AVX registers (lanes 0–7 and 8–15).
+/// [`super::dot_f32`] / [`super::dot_f16`] with two 8-lane AVX registers (lanes 0–7 and
+/// 8–15): the chunks of 16, then the last `n % 16` products in the lanes below it (read by masked
+/// loads; the other lanes add 0 · 0 = +0.0, which leaves them as they were: a lane that starts at
+/// +0.0 and adds products is never -0.0), then the tree of `reduce` in vectors.
 #[target_feature(enable = "avx2,f16c")]
 fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -449,7 +446,38 @@ fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
             hi = _mm256_add_ps(hi, _mm256_mul_ps(W::load8(x.as_ptr().add(8)), _mm256_loadu_ps(y.as_ptr().add(8))));
         }
     }
-    finish(lanes_avx2(lo, hi), ra, rb)
+    let rem = ra.len().min(rb.len());
+    if rem > 0 {
+        let (pa, pb) = (ra.as_ptr(), rb.as_ptr());
+        // SAFETY: ra and rb hold rem elements; the loads read those only.
+        unsafe {
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(load_upto8(pa, rem), load_upto8(pb, rem)));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(load_upto8(pa.wrapping_add(8), rem.saturating_sub(8)), load_upto8(pb.wrapping_add(8), rem.saturating_sub(8))));
+        }
+    }
+    reduce_avx2(lo, hi)
+}
+
+/// f32 / f16 decode (one token) on AVX2: one weight row after the other, each a [`dot_avx2`].
+/// Decode streams every weight once, and on Zen 3 (2 MiB pages) one sequential stream reads at
+/// twice the rate of four rows read side by side (measured: 30 vs 17.5 GB/s for 3 KiB rows,
+/// thread CPU time): the hardware prefetcher follows one stream well and several short ones
+/// badly, and a software prefetch made it worse. Two accumulator chains per row are enough to
+/// keep up with memory. Returns false, having written nothing, for other dtypes or batches.
+#[target_feature(enable = "avx2,f16c")]
+fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool) -> bool {
+    let (rows, cols) = (w.rows, w.cols);
+    if rows == 0 || cols == 0 || x.len() / cols != 1 || out.len() < rows {
+        return false;
+    }
+    let x = x.get(..cols).unwrap_or(&[]);
+    let mut store = |o: usize, y: f32| super::store_out(out, rows, bias, acc, 0, o, y);
+    match w.data {
+        MatrixData::F32(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
+        MatrixData::F16(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
+        MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
+    }
+    true
 }
 
 // ---- f32 / f16 prefill with AVX2 -------------------------------------------------------------
@@ -694,42 +722,6 @@ fn lanes_avx2(lo: __m256, hi: __m256) -> [f32; LANES] {
         _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
     }
     lanes
-}
-
-/// Four [`dot_avx2`]s of four weight rows against one token (decode): eight accumulators (a
-/// row's lanes 0–7 and 8–15) in flight. Each result is bit-identical to the single dot.
-///
-/// Decode streams the weights once. On Zen 3 with the matrix on 2 MiB pages the hardware
-/// prefetcher keeps f32 rows coming by itself, but f16 rows (half the bytes per instruction)
-/// waited without a software prefetch; each row asks for the same row of the next four
-/// (`4 · row bytes` ahead), which the caller's loop reads next.
-#[target_feature(enable = "avx2,f16c")]
-fn dot4_rows_avx2<W: Weight>(ws: [&[W]; 4], x: &[f32]) -> [f32; 4] {
-    let n = ws.iter().fold(x.len(), |n, r| n.min(r.len()));
-    let chunks = n / LANES;
-    let wp = ws.map(|r| r.as_ptr());
-    let xp = x.as_ptr();
-    let ahead = 4 * n * core::mem::size_of::<W>();
-    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-    for i in 0..chunks {
-        // SAFETY: 16i + 16 ≤ n, and x and every row hold n elements.
-        let (x0, x1) = unsafe { (_mm256_loadu_ps(xp.add(LANES * i)), _mm256_loadu_ps(xp.add(LANES * i + 8))) };
-        for ([a0, a1], &w) in acc.iter_mut().zip(&wp) {
-            let w = w.wrapping_add(LANES * i);
-            // a prefetch never faults: past the matrix's end it does nothing
-            _mm_prefetch::<_MM_HINT_T0>(w.cast::<u8>().wrapping_add(ahead).cast());
-            // SAFETY: as above.
-            let (w0, w1) = unsafe { (W::load8(w), W::load8(w.add(8))) };
-            *a0 = _mm256_add_ps(*a0, _mm256_mul_ps(w0, x0));
-            *a1 = _mm256_add_ps(*a1, _mm256_mul_ps(w1, x1));
-        }
-    }
-    let mut out = [0.0f32; 4];
-    let done = LANES * chunks;
-    for ((o, [a0, a1]), w) in out.iter_mut().zip(acc).zip(ws) {
-        *o = if done == n { reduce_avx2(a0, a1) } else { finish(lanes_avx2(a0, a1), w.get(done..n).unwrap_or(&[]), x.get(done..n).unwrap_or(&[])) };
-    }
-    out
 }
 
 // ---- attention (f32 / f16 / int8 KV cache) ---------------------------------------------------
@@ -1924,7 +1916,10 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
             // t0..t0+nt ≤ tokens their activations (all checked by quant_job).
             unsafe {
                 if q4 {
-                    a.rows_q4(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store)
+                    match nt {
+                        1 => a.rows_q4::<1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        _ => a.rows_q4::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                    }
                 } else if gpr <= 4 {
                     // rows of at most 4 groups: two rows a block
                     let pairs_end = r0 + (r1 - r0) / 2 * 2;
@@ -1967,17 +1962,6 @@ struct Avx2Quant {
     xs: *const f32,
     /// Sums of the int8 values `[T, gpr]`.
     sums: *const i32,
-}
-
-/// Adds the float terms `isum as f32 · (sw · sx)` of one block of 8 groups from group g0 to an
-/// output's accumulator: lanes 0–7 for even blocks, 8–15 for odd ones (group g into lane g % 16).
-#[inline]
-#[target_feature(enable = "avx2")]
-fn add_terms(acc: &mut [__m256; 2], isum: __m256i, sw: __m256, sx: __m256, g0: usize) {
-    let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx));
-    if let Some(a) = acc.get_mut(g0 / AVX2_BLOCK % 2) {
-        *a = _mm256_add_ps(*a, term);
-    }
 }
 
 /// The first `n` of 4 dword lanes set (a `vpmaskmovd` mask).
@@ -2101,7 +2085,7 @@ impl Avx2Quant {
             let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
             let wblk = wrow.wrapping_add(group * g0);
             for line in 0..4 {
-                _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+                _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
             }
             let fmask = mask8(ng);
             let sw = if masks.is_none() { _mm256_loadu_ps(wsc.add(g0)) } else { _mm256_maskload_ps(wsc.add(g0), fmask) };
@@ -2221,47 +2205,72 @@ impl Avx2Quant {
     /// As [`Self::rows_q8`] (rows of `cols / 2` bytes; tokens in `q`, `xs` and `sums`).
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_q4(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
-        let Self { cols, gpr, q, xs, sums, .. } = *self;
-        let nt = nt.min(QUANT_TOKENS);
-        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    unsafe fn rows_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, .. } = *self;
+        let nt = nt.min(NT);
         for o in rows {
-            // SAFETY (every raw read): as in rows_q8.
+            // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
             let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
-            let mut acc = [[_mm256_setzero_ps(); 2]; QUANT_TOKENS];
-            for g0 in (0..gpr).step_by(AVX2_BLOCK) {
-                let wblk = unsafe { wrow.add(16 * g0) };
-                for line in 0..2 {
-                    _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
-                }
-                // four vectors of two groups' nibbles: low = even elements, high = odd
-                let w: [[__m256i; 2]; 4] = core::array::from_fn(|c| {
-                    let p = unsafe { _mm256_loadu_si256(wblk.add(32 * c).cast()) };
-                    [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)]
-                });
-                let sw = unsafe { _mm256_loadu_ps(wsc.add(g0)) };
-                for (t, acc) in acc.iter_mut().enumerate().take(nt) {
-                    let t = t0 + t;
-                    let xt = unsafe { q.add(t * cols + 32 * g0) };
-                    // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each),
-                    // then their odd ones; groups 2c, 2c+1 sit at 32(c % 2) of block c / 2.
-                    // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1
-                    let mut s = [_mm256_setzero_si256(); 4];
-                    for (c, (s, &[lo, hi])) in s.iter_mut().zip(&w).enumerate() {
-                        let base = unsafe { xt.add(128 * (c / 2) + 32 * (c % 2)) };
-                        let (even, odd) = unsafe { (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast())) };
-                        *s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd)), ones);
-                    }
-                    // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
-                    let isum = _mm256_permutevar8x32_epi32(fold64(fold32(s[0], s[1]), fold32(s[2], s[3])), order);
-                    // take off the + 8 of the stored nibbles, 8 · Σx per group
-                    let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(unsafe { _mm256_loadu_si256(sums.add(t * gpr + g0).cast()) }));
-                    add_terms(acc, isum, sw, unsafe { _mm256_loadu_ps(xs.add(t * gpr + g0)) }, g0);
+            let (mut lo, mut hi) = ([_mm256_setzero_ps(); NT], [_mm256_setzero_ps(); NT]);
+            // blocks in pairs: group g goes to lane g % 16
+            for g0 in (0..gpr).step_by(2 * AVX2_BLOCK) {
+                // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                unsafe { self.block_q4::<NT>(wrow, wsc, g0, t0, nt, &mut lo) };
+                if g0 + AVX2_BLOCK < gpr {
+                    // SAFETY: as above.
+                    unsafe { self.block_q4::<NT>(wrow, wsc, g0 + AVX2_BLOCK, t0, nt, &mut hi) };
                 }
             }
-            for (t, [lo, hi]) in acc.into_iter().enumerate().take(nt) {
+            for (t, (lo, hi)) in lo.into_iter().zip(hi).enumerate().take(nt) {
                 store(t0 + t, o, reduce_avx2(lo, hi));
+            }
+        }
+    }
+
+    /// One block of 8 groups from group g0 of a q4 row against tokens t0..t0+nt, its terms added
+    /// to `acc`.
+    ///
+    /// # Safety
+    /// Groups g0..g0+8 of the row and of tokens t0..t0+nt must exist; AVX2.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn block_q4<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g0: usize, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
+        let Self { cols, gpr, q, xs, sums, .. } = *self;
+        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        // SAFETY (every raw read): the caller's contract.
+        unsafe {
+            let wblk = wrow.add(16 * g0);
+            // decode streams the weights once: ask for them PREFETCH_BYTES ahead, into L1 (Zen 3:
+            // 31-32 -> 34 G MAC/s for q4 against T1)
+            for line in 0..2 {
+                _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+            }
+            // four vectors of two groups' nibbles: low = even elements, high = odd
+            let w: [[__m256i; 2]; 4] = [0, 1, 2, 3].map(|c| {
+                let p = _mm256_loadu_si256(wblk.add(32 * c).cast());
+                [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)]
+            });
+            let sw = _mm256_loadu_ps(wsc.add(g0));
+            for (t, acc) in acc.iter_mut().enumerate().take(nt) {
+                let t = t0 + t;
+                let xt = q.add(t * cols + 32 * g0);
+                // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each), then
+                // their odd ones; groups 2c, 2c+1 sit at 32(c % 2) of block c / 2.
+                // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1
+                let mut s = [_mm256_setzero_si256(); 4];
+                for (c, (s, &[lo, hi])) in s.iter_mut().zip(&w).enumerate() {
+                    let base = xt.add(128 * (c / 2) + 32 * (c % 2));
+                    let (even, odd) = (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast()));
+                    *s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd)), ones);
+                }
+                // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+                let isum = _mm256_permutevar8x32_epi32(fold64(fold32(s[0], s[1]), fold32(s[2], s[3])), order);
+                // take off the + 8 of the stored nibbles, 8 · Σx per group
+                let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(_mm256_loadu_si256(sums.add(t * gpr + g0).cast())));
+                let sx = _mm256_loadu_ps(xs.add(t * gpr + g0));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
             }
         }
     }
