@@ -646,10 +646,13 @@ impl<W: Weight> DenseJob<'_, W> {
                     let (next_row, next_c0, next_c1) = if kb.last { (o + nr, 0, kc.min(chunks)) } else { (o, kb.c1, ((k + 2) * kc).min(chunks)) };
                     let next = self.w.as_ptr().cast::<u8>().wrapping_add(next_row * row_bytes + next_c0 * LANES * core::mem::size_of::<W>());
                     let seg = (next_c1 - next_c0) * LANES * core::mem::size_of::<W>(); // bytes of each row
-                    let lines = (seg.div_ceil(64) * TILE_ROWS).div_ceil(token_tiles);
+                    // in address order, one row's segment after the other (one stream at a
+                    // time: the memory system follows it better than three side by side)
+                    let per_row = seg.div_ceil(64).max(1);
+                    let lines = (per_row * TILE_ROWS).div_ceil(token_tiles);
                     for (i, t) in (t0..t1).step_by(TILE_TOKENS).enumerate() {
                         for l in i * lines..(i + 1) * lines {
-                            let (r, line) = (l % TILE_ROWS, l / TILE_ROWS);
+                            let (r, line) = (l / per_row, l % per_row);
                             _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * row_bytes + 64 * line).cast());
                         }
                         let tb = t - t0;
