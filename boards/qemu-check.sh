@@ -49,10 +49,29 @@ LLVM_NM="$(dirname "$LLVM_SIZE")/llvm-nm"
 # once built the M55 firmware 32 B larger, 3 instructions per token faster). Source paths that
 # end up in .rodata (panic locations) are mapped to fixed names as well. (Cargo appends these
 # flags to the rustflags in each board's .cargo/config.toml.)
+#
+# The copy is a mirror of this checkout, made so that cargo (which decides what to rebuild by
+# modification times) never reuses a build of other sources: files whose content differs from
+# the copy's are written anew (so their time is now), the others keep their time (no needless
+# rebuild), and files this checkout does not have are removed (another checkout's
+# src/bin/*.rs or src/lib.rs would otherwise be built as part of this board). Build directories
+# (target*) are kept.
 BUILD_ROOT="${FIRMWARE_BUILD_DIR:-/tmp/gpt2-mcu-firmware}"
 mkdir -p "$BUILD_ROOT"
+STAGE="$(mktemp -d)"
 tar -C "$ROOT" --exclude=./.git --exclude=./target --exclude='./target-*' --exclude='./boards/*/target' \
-    --exclude=./fuzz/target -cf - . | tar -C "$BUILD_ROOT" -xf -
+    --exclude=./fuzz/target -cf - . | tar -C "$STAGE" -xf -
+(cd "$STAGE" && find . -type f -print0) | while IFS= read -r -d '' f; do
+  if ! cmp -s "$STAGE/$f" "$BUILD_ROOT/$f"; then
+    mkdir -p "$(dirname "$BUILD_ROOT/$f")"
+    cp --preserve=mode "$STAGE/$f" "$BUILD_ROOT/$f"
+  fi
+done
+(cd "$BUILD_ROOT" && find . \( -name target -o -name 'target-*' \) -prune -o \( -type f -o -type l \) -print0) |
+  while IFS= read -r -d '' f; do
+    [ -e "$STAGE/$f" ] || rm -f "$BUILD_ROOT/$f"
+  done
+rm -rf "$STAGE"
 REMAP="--remap-path-prefix=$BUILD_ROOT=/gpt2-mcu --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
 export CARGO_TARGET_THUMBV7EM_NONE_EABIHF_RUSTFLAGS="$REMAP"
 export CARGO_TARGET_THUMBV8M_MAIN_NONE_EABIHF_RUSTFLAGS="$REMAP"

@@ -1,8 +1,9 @@
 //! Builds the valid inputs the fuzz targets start from, with the project's own converter, into
 //! `OUT_DIR`, and writes `OUT_DIR/bases.rs` naming them:
 //!
-//! - blobs: the `tiny` and `untied` fixtures (f32, q8), and a 2-layer random model with a
-//!   300-token tokenizer (the first 44 GPT-2 merges, `tokenizer-300/`) in f16 and q4;
+//! - blobs: the `tiny` and `untied` fixtures (f32, q8), a 2-layer random model with a
+//!   300-token tokenizer (the first 44 GPT-2 merges, `tokenizer-300/`) in f16 and q4, and the
+//!   GPT-Neo fixture `neo_alternating` in q8 (local layers with a window of 8, no q/k/v biases);
 //! - tokenizer sections: the GPT-2 tokenizer (`tests/fixtures/gpt2-tokenizer`) and the
 //!   300-token one.
 //!
@@ -21,14 +22,14 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let fixtures = root.join("tests/fixtures");
     let tok300 = manifest.join("tokenizer-300");
-    for dir in [fixtures.join("tiny"), fixtures.join("untied"), fixtures.join("gpt2-tokenizer"), tok300.clone()] {
+    for dir in [fixtures.join("tiny"), fixtures.join("untied"), fixtures.join("neo_alternating"), fixtures.join("gpt2-tokenizer"), tok300.clone()] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
     println!("cargo:rerun-if-changed=build.rs");
 
     // A checkpoint with a tokenizer: random weights plus the 300-token vocab.
     let tok_model = out.join("tok300-model");
-    let shape = RandomShape { n_layer: 2, n_embd: 16, n_head: 2, vocab_size: 300, n_ctx: 16 };
+    let shape = RandomShape::gpt2(2, 16, 2, 300, 16);
     write_random(&tok_model, shape, 1).expect("write random checkpoint");
     for f in ["vocab.json", "merges.txt"] {
         std::fs::copy(tok300.join(f), tok_model.join(f)).expect("copy tokenizer-300 files");
@@ -44,6 +45,7 @@ fn main() {
         ("untied-q4", blob(&fixtures.join("untied"), WeightDType::Q4)),
         ("tok300-f16", blob(&tok_model, WeightDType::F16)),
         ("tok300-q4", blob(&tok_model, WeightDType::Q4)),
+        ("neo-q8", blob(&fixtures.join("neo_alternating"), WeightDType::Q8)),
     ];
     let sections: Vec<(&str, Vec<u8>)> = vec![
         ("gpt2", pack_from_dir(&fixtures.join("gpt2-tokenizer")).expect("pack gpt2").expect("gpt2 tokenizer files")),

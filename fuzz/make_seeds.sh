@@ -8,13 +8,13 @@ cd "$(dirname "$0")"
 target_dir="${CARGO_TARGET_DIR:-target}"
 out_dir="$(dirname "$(ls -t "$target_dir"/*/release/build/runtime-fuzz-*/out/bases.rs | head -n 1)")"
 c=corpus
-mkdir -p $c/blob $c/tokenizer_encode $c/tokenizer_decode $c/tokenizer_section $c/sampler
+mkdir -p $c/blob $c/tokenizer_encode $c/tokenizer_decode $c/tokenizer_section $c/sampler $c/console
 
-# blob: raw mode (mode % 4 == 0), then edit mode on each of the 5 base blobs (mode = 4·base + 1)
+# blob: raw mode (mode % 4 == 0), then edit mode on each of the 6 base blobs (mode = 4·base + 1)
 printf '\x00' > $c/blob/raw-empty
 { printf '\x00GPT2MCU\x00\x01\x00\x00\x00'; head -c 20 /dev/zero; } > $c/blob/raw-preamble-only
 { printf '\x00'; cat "$out_dir/tok300-q4.blob"; } > $c/blob/raw-tok300-q4
-for base in 0 1 2 3 4; do
+for base in 0 1 2 3 4 5; do
   printf "\\x$(printf %02x $((4 * base + 1)))" > $c/blob/base-$base
 done
 # set one header byte, xor one data byte, then cut the blob at 3/4 of its length
@@ -57,4 +57,11 @@ r = random.Random(7)
 for n in (16, 64, 200, 600, 2000):
     open(f"{sys.argv[1]}/random-{n}", "wb").write(bytes(r.randrange(256) for _ in range(n)))
 EOF
+# console: mode byte (bit 0: run the whole console too, bit 1: start in chat mode, bit 2: in
+# terminal mode), then what the console receives
+{ printf '\x00'; cat ../boards/console-session.txt; } > $c/console/session-lines
+{ printf '\x01'; cat ../boards/console-session.txt; } > $c/console/session-full
+printf '\x03/n 4\nHello.\nAnd you?\n/stats\n' > $c/console/chat
+printf '\x05/n x\x7f2\rROMEO:\r/quit\r' > $c/console/terminal
+
 echo "seed corpus: $(find $c -type f | wc -l) files, $(cat $c/*/* | wc -c) bytes"

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Build the GPT-2 parity fixtures under tests/fixtures/<case>/.
+"""Build the GPT-2 and GPT-Neo parity fixtures under tests/fixtures/<case>/.
 
-Every fixture is a small, randomly initialised GPT-2 checkpoint in Hugging Face
-layout plus reference outputs computed with Hugging Face transformers:
+Every fixture is a small, randomly initialised GPT-2 (GPT2LMHeadModel) or GPT-Neo
+(GPTNeoForCausalLM) checkpoint in Hugging Face layout plus reference outputs
+computed with Hugging Face transformers:
 
     tests/fixtures/<case>/config.json
     tests/fixtures/<case>/model.safetensors
     tests/fixtures/<case>/generation_config.json   (only where save_pretrained writes it)
     tests/fixtures/<case>/logits.npy               float32 [n_positions, vocab_size]
     tests/fixtures/<case>/reference.json           input ids, greedy continuation, ...
+    tests/fixtures/<case>/trace_hidden_states.npy  (cases in TRACES) float32 [n_layer+1, T, C]
+    tests/fixtures/<case>/trace_attentions.npy     (cases in TRACES) float32 [n_layer, n_head, T, T]
 
 The script is deterministic: all randomness comes from fixed seeds, torch runs
 single-threaded with deterministic algorithms, and a second run writes
@@ -39,7 +42,7 @@ import safetensors
 import safetensors.torch
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
 from transformers.activations import ACT2FN
 
 PROMPT_LEN = 5
@@ -48,7 +51,9 @@ PROMPT_LEN = 5
 MIN_MARGIN_REQUIRED = 5e-2
 ATTN_IMPL = "eager"  # reference attention; sdpa is only compared against
 
-# Each case: name, seed, GPT2Config overrides, storage dtype, key layout.
+# Each case: name, seed, GPT2Config (or, with "arch": "gpt_neo", GPTNeoConfig) overrides,
+# storage dtype, key layout ("hf": save_pretrained; "hub": keys without `transformer.` plus the
+# legacy mask buffers of older checkpoints).
 CASES = [
     {
         "case": "tiny",
@@ -111,7 +116,61 @@ CASES = [
             tie_word_embeddings=False, scale_attn_by_inverse_layer_idx=True,
         ),
     },
+    # GPT-Neo: no q/k/v biases, no score scaling, local layers attending to the last
+    # window_size positions. Every sequence is much longer than the window.
+    {
+        "case": "neo_alternating",
+        "arch": "gpt_neo",
+        "seed": 7051,
+        "dtype": "float32",
+        "layout": "hf",
+        "config": dict(
+            num_layers=4, hidden_size=32, num_heads=8, vocab_size=64, max_position_embeddings=64,
+            attention_types=[[["global", "local"], 2]], window_size=8,
+            activation_function="gelu_new", initializer_range=0.3,
+        ),
+    },
+    {
+        "case": "neo_local_fp16",
+        "arch": "gpt_neo",
+        "seed": 8063,
+        "dtype": "float16",
+        "layout": "hf",
+        "config": dict(
+            num_layers=3, hidden_size=48, num_heads=4, intermediate_size=80, vocab_size=128,
+            max_position_embeddings=64, attention_types=[[["local"], 3]], window_size=5,
+            activation_function="gelu_new", initializer_range=0.3,
+        ),
+    },
+    {
+        "case": "neo_hub_layout",
+        "arch": "gpt_neo",
+        "seed": 9017,
+        "dtype": "bfloat16",
+        "layout": "hub",
+        "config": dict(
+            num_layers=3, hidden_size=24, num_heads=6, vocab_size=96, max_position_embeddings=48,
+            attention_types=[[["global", "local", "local"], 1]], window_size=16,
+            activation_function="gelu_new", initializer_range=0.3, tie_word_embeddings=False,
+        ),
+    },
 ]
+
+# Per-stage references for `host trace` (tests/tests/trace_parity.rs): transformers'
+# output_hidden_states and output_attentions (eager attention) over the greedy sequence of a
+# case, its prompt followed by the first N greedy ids, so that `host trace --greedy -n N` from the
+# prompt must produce those ids and those arrays. One line per case: name -> N. Any causal LM the
+# case saves works (the checkpoint is reloaded with AutoModelForCausalLM), e.g. a GPT-Neo case.
+# The GPT-Neo ones run well past their window, so the local layers' rings wrap several times
+# (the attention rows of a local layer are zero outside the window, as transformers' mask).
+TRACES = {
+    "tiny": 7,
+    "odd": 6,
+    "untied": 7,
+    "neo_alternating": 19,  # T = 24, window 8: global/local alternating, each ring wraps twice
+    "neo_local_fp16": 12,  # T = 17, window 5: every layer local
+    "neo_hub_layout": 20,  # T = 25, window 16: global, local, local in the hub's key layout
+}
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -127,20 +186,33 @@ def setup_determinism():
     transformers.utils.logging.set_verbosity_error()
 
 
+def is_neo(spec):
+    return spec.get("arch") == "gpt_neo"
+
+
+def model_class(spec):
+    return GPTNeoForCausalLM if is_neo(spec) else GPT2LMHeadModel
+
+
+def n_positions(config):
+    return config.max_position_embeddings if config.model_type == "gpt_neo" else config.n_positions
+
+
 def build_model(spec):
-    """Random GPT-2 in float32, eval mode, with every parameter non-trivial."""
+    """Random GPT-2 / GPT-Neo in float32, eval mode, with every parameter non-trivial."""
     cfg = dict(spec["config"])
     v = cfg["vocab_size"]
-    cfg.update(
-        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
-        # the default 50256 is outside these tiny vocabularies
-        bos_token_id=v - 1, eos_token_id=v - 1,
-    )
+    # the default 50256 is outside these tiny vocabularies
+    cfg.update(bos_token_id=v - 1, eos_token_id=v - 1)
+    if is_neo(spec):
+        cfg.update(attention_dropout=0.0, resid_dropout=0.0, embed_dropout=0.0)
+    else:
+        cfg.update(attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
     torch.manual_seed(spec["seed"])
-    config = GPT2Config(**cfg)
+    config = (GPTNeoConfig if is_neo(spec) else GPT2Config)(**cfg)
     config._attn_implementation = ATTN_IMPL
-    model = GPT2LMHeadModel(config)
-    # HF init leaves LayerNorm at weight=1/bias=0 and every Conv1D bias at 0;
+    model = model_class(spec)(config)
+    # HF init leaves LayerNorm at weight=1/bias=0 and every Conv1D / Linear bias at 0;
     # perturb them so a runtime that ignores a bias or a LayerNorm gain fails.
     g = torch.Generator().manual_seed(spec["seed"] + 1)
     r = cfg["initializer_range"]
@@ -199,6 +271,8 @@ def sensitivity(model, ids, logits):
 
     Tells the runtime's tests which tolerance still catches each mistake.
     """
+    if model.config.model_type == "gpt_neo":
+        return neo_sensitivity(model, ids, logits)
     out = {}
     cfg = model.config
     alt = CONFUSABLE_ACT[cfg.activation_function]
@@ -219,6 +293,81 @@ def sensitivity(model, ids, logits):
     return out
 
 
+def neo_mask(P, local, window):
+    """GPTNeoSelfAttention's mask buffer: causal, and for a local layer only the last `window`."""
+    bias = torch.tril(torch.ones((P, P), dtype=bool)).view(1, 1, P, P)
+    if local:
+        bias = torch.bitwise_xor(bias, torch.tril(bias, -window))
+    return bias
+
+
+def neo_sensitivity(model, ids, logits):
+    """GPT-Neo's plausible mistakes: a window one too long or short, local layers run as
+    global, the GPT-2 score scale 1/sqrt(head_dim), a dropped out_proj bias, the other GELU."""
+    out = {}
+    cfg = model.config
+    P, w = cfg.max_position_embeddings, cfg.window_size
+    hd = cfg.hidden_size // cfg.num_heads
+    types = cfg.attention_layers
+
+    def remasked(window=None, local=None):
+        m = copy.deepcopy(model)
+        for i, blk in enumerate(m.transformer.h):
+            is_local = types[i] == "local" if local is None else local
+            blk.attn.attention.bias.copy_(neo_mask(P, is_local, w if window is None else window))
+        return max_abs(forward_logits(m, ids), logits)
+
+    if "local" in types:
+        out[f"window_size={w + 1}"] = remasked(window=w + 1)
+        out[f"window_size={w - 1}"] = remasked(window=w - 1) if w > 1 else float("inf")
+        out["local_layers=global"] = remasked(local=False)
+    if "global" in types:
+        out["global_layers=local"] = remasked(local=True)
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        for blk in m.transformer.h:
+            blk.attn.attention.q_proj.weight.mul_(hd ** -0.5)  # scores · 1/sqrt(D)
+    out["scale=1/sqrt(head_dim)"] = max_abs(forward_logits(m, ids), logits)
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        for blk in m.transformer.h:
+            blk.attn.attention.out_proj.bias.zero_()
+    out["out_proj.bias=0"] = max_abs(forward_logits(m, ids), logits)
+    alt = CONFUSABLE_ACT[cfg.activation_function]
+    m = copy.deepcopy(model)
+    for blk in m.transformer.h:
+        blk.mlp.act = ACT2FN[alt]
+    out[f"activation={alt}"] = max_abs(forward_logits(m, ids), logits)
+    if not cfg.tie_word_embeddings:
+        m = copy.deepcopy(model)
+        m.lm_head.weight = m.transformer.wte.weight
+        out["lm_head=wte"] = max_abs(forward_logits(m, ids), logits)
+    return out
+def record_trace(out, ids):
+    """hidden_states [n_layer+1, T, C] and attentions [n_layer, n_head, T, T] of `ids`, from the
+    checkpoint in `out` as transformers loads it (eager attention, float32), saved beside it."""
+    model = AutoModelForCausalLM.from_pretrained(out, attn_implementation=ATTN_IMPL).float().eval()
+    with torch.no_grad():
+        o = model(input_ids=torch.tensor([ids]), use_cache=False, output_hidden_states=True, output_attentions=True)
+    hidden = torch.stack(o.hidden_states)[:, 0].float().numpy()
+    attn = torch.stack(o.attentions)[:, 0].float().numpy()
+    n_layer = model.config.num_hidden_layers
+    assert hidden.shape == (n_layer + 1, len(ids), model.config.hidden_size), hidden.shape
+    assert attn.shape == (n_layer, model.config.num_attention_heads, len(ids), len(ids)), attn.shape
+    # the convention the runtime follows: the last hidden state is taken after the final LayerNorm
+    assert torch.equal(o.hidden_states[-1], model.base_model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state)
+    files = {"trace_hidden_states.npy": hidden, "trace_attentions.npy": attn}
+    for name, a in files.items():
+        np.save(out / name, np.ascontiguousarray(a, dtype=np.float32))
+        os.chmod(out / name, 0o644)
+    return {
+        "ids": ids,
+        "hidden_states": {"file": "trace_hidden_states.npy", "shape": list(hidden.shape)},
+        "attentions": {"file": "trace_attentions.npy", "shape": list(attn.shape)},
+        "made_with": f"model(input_ids, output_hidden_states=True, output_attentions=True), attn_implementation={ATTN_IMPL!r}",
+    }
+
+
 def hub_state_dict(model, n_positions):
     """Rename to the original `gpt2` hub layout and add the legacy buffers."""
     sd = {}
@@ -231,6 +380,20 @@ def hub_state_dict(model, n_positions):
     for i in range(model.config.n_layer):
         sd[f"h.{i}.attn.bias"] = tril.view(1, 1, n_positions, n_positions).clone()
         sd[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4, dtype=torch.float32)
+    return sd
+
+
+def neo_hub_state_dict(model, n_positions):
+    """Keys without `transformer.` (lm_head kept: the head is untied), plus the mask buffers
+    older transformers versions saved with every GPT-Neo layer (bool `attn.attention.bias`
+    [1, 1, P, P] and the scalar `attn.attention.masked_bias`)."""
+    sd = {}
+    for k, t in model.state_dict().items():
+        name = k[len("transformer."):] if k.startswith("transformer.") else k
+        sd[name] = t.detach().clone().contiguous()
+    for i, kind in enumerate(model.config.attention_layers):
+        sd[f"h.{i}.attn.attention.bias"] = neo_mask(n_positions, kind == "local", model.config.window_size).clone()
+        sd[f"h.{i}.attn.attention.masked_bias"] = torch.tensor(-1e9, dtype=torch.float32)
     return sd
 
 
@@ -284,6 +447,50 @@ def max_abs(a, b):
     return float((a.detach() - b.detach()).abs().max())
 
 
+def gpt2_summary(config, spec):
+    return {
+        "n_layer": config.n_layer,
+        "n_embd": config.n_embd,
+        "n_head": config.n_head,
+        "head_dim": config.n_embd // config.n_head,
+        "n_inner": config.n_inner if config.n_inner is not None else 4 * config.n_embd,
+        "n_inner_in_config": config.n_inner,
+        "vocab_size": config.vocab_size,
+        "n_positions": config.n_positions,
+        "activation_function": config.activation_function,
+        "layer_norm_epsilon": config.layer_norm_epsilon,
+        "initializer_range": config.initializer_range,
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "scale_attn_weights": config.scale_attn_weights,
+        "scale_attn_by_inverse_layer_idx": config.scale_attn_by_inverse_layer_idx,
+        "reorder_and_upcast_attn": config.reorder_and_upcast_attn,
+        "storage_dtype": spec["dtype"],
+        "key_layout": spec["layout"],
+    }
+
+
+def neo_summary(config, spec):
+    return {
+        "model_type": config.model_type,
+        "num_layers": config.num_layers,
+        "hidden_size": config.hidden_size,
+        "num_heads": config.num_heads,
+        "head_dim": config.hidden_size // config.num_heads,
+        "intermediate_size": config.intermediate_size if config.intermediate_size is not None else 4 * config.hidden_size,
+        "intermediate_size_in_config": config.intermediate_size,
+        "vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_position_embeddings,
+        "attention_layers": config.attention_layers,
+        "window_size": config.window_size,
+        "activation_function": config.activation_function,
+        "layer_norm_epsilon": config.layer_norm_epsilon,
+        "initializer_range": config.initializer_range,
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "storage_dtype": spec["dtype"],
+        "key_layout": spec["layout"],
+    }
+
+
 def make_case(spec, out_root):
     name = spec["case"]
     out = out_root / name
@@ -293,7 +500,7 @@ def make_case(spec, out_root):
 
     model = build_model(spec)
     config = model.config
-    T = config.n_positions
+    T = n_positions(config)
     V = config.vocab_size
     dtype = DTYPES[spec["dtype"]]
 
@@ -302,7 +509,14 @@ def make_case(spec, out_root):
     prompt = torch.randint(0, V, (PROMPT_LEN,), generator=g).tolist()
 
     # --- write the checkpoint -------------------------------------------------
-    if spec["layout"] == "hub":
+    if spec["layout"] == "hub" and is_neo(spec):
+        stored = model.to(dtype) if dtype != torch.float32 else model
+        sd = neo_hub_state_dict(stored, T)
+        safetensors.torch.save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+        stored.config.save_pretrained(out)
+        model = stored.float() if dtype != torch.float32 else stored
+        config = model.config
+    elif spec["layout"] == "hub":
         assert dtype == torch.float32
         sd = hub_state_dict(model, T)
         safetensors.torch.save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -325,7 +539,7 @@ def make_case(spec, out_root):
 
     # --- checks -----------------------------------------------------------------
     checks = {}
-    reloaded = GPT2LMHeadModel.from_pretrained(out, attn_implementation=ATTN_IMPL).eval()
+    reloaded = model_class(spec).from_pretrained(out, attn_implementation=ATTN_IMPL).eval()
     checks["reloaded_dtype"] = str(reloaded.dtype).replace("torch.", "")
     reloaded = reloaded.float()
     checks["reload_max_abs_diff"] = max_abs(forward_logits(reloaded, input_ids), logits)
@@ -336,10 +550,11 @@ def make_case(spec, out_root):
         assert set(a) == set(b), (set(a) ^ set(b))
         assert all(torch.equal(a[k], b[k]) for k in a), name
     else:
-        # the renamed tensors are exactly the model's, minus the tied lm_head
+        # the renamed tensors are exactly the model's, minus a tied lm_head
         with safetensors.safe_open(str(out / "model.safetensors"), "pt") as f:
             keys = set(f.keys())
-        assert "lm_head.weight" not in keys and not any(k.startswith("transformer.") for k in keys)
+        assert ("lm_head.weight" in keys) == (not config.tie_word_embeddings)
+        assert not any(k.startswith("transformer.") for k in keys)
         sd = reloaded.state_dict()
         for k, t in model.state_dict().items():
             assert torch.equal(sd[k], t), k
@@ -350,8 +565,9 @@ def make_case(spec, out_root):
     else:
         assert reloaded.lm_head.weight.data_ptr() == reloaded.transformer.wte.weight.data_ptr()
     checks["kv_cache_greedy_equal"] = greedy_cached(model, prompt, n_new) == new_ids
-    sdpa = GPT2LMHeadModel.from_pretrained(out, attn_implementation="sdpa").float().eval()
-    checks["sdpa_vs_eager_max_abs_diff"] = max_abs(forward_logits(sdpa, input_ids), logits)
+    if not is_neo(spec):  # GPT-Neo has no sdpa attention in transformers
+        sdpa = GPT2LMHeadModel.from_pretrained(out, attn_implementation="sdpa").float().eval()
+        checks["sdpa_vs_eager_max_abs_diff"] = max_abs(forward_logits(sdpa, input_ids), logits)
     sens = sensitivity(model, input_ids, logits)
     assert min(sens.values()) > 1e-3, (name, sens)
 
@@ -362,7 +578,6 @@ def make_case(spec, out_root):
     # --- write the references ---------------------------------------------------
     np.save(out / "logits.npy", np.ascontiguousarray(logits.numpy(), dtype=np.float32))
     os.chmod(out / "logits.npy", 0o644)
-    head_dim = config.n_embd // config.n_head
     ref = {
         "case": name,
         "made_by": "tests/make_fixtures.py",
@@ -377,25 +592,7 @@ def make_case(spec, out_root):
             "min_margin": min_margin,
             "margins": margins,
         },
-        "config_summary": {
-            "n_layer": config.n_layer,
-            "n_embd": config.n_embd,
-            "n_head": config.n_head,
-            "head_dim": head_dim,
-            "n_inner": config.n_inner if config.n_inner is not None else 4 * config.n_embd,
-            "n_inner_in_config": config.n_inner,
-            "vocab_size": V,
-            "n_positions": T,
-            "activation_function": config.activation_function,
-            "layer_norm_epsilon": config.layer_norm_epsilon,
-            "initializer_range": config.initializer_range,
-            "tie_word_embeddings": config.tie_word_embeddings,
-            "scale_attn_weights": config.scale_attn_weights,
-            "scale_attn_by_inverse_layer_idx": config.scale_attn_by_inverse_layer_idx,
-            "reorder_and_upcast_attn": config.reorder_and_upcast_attn,
-            "storage_dtype": spec["dtype"],
-            "key_layout": spec["layout"],
-        },
+        "config_summary": neo_summary(config, spec) if is_neo(spec) else gpt2_summary(config, spec),
         "logits": {
             "file": "logits.npy",
             "shape": [T, V],
@@ -404,6 +601,8 @@ def make_case(spec, out_root):
             "max_abs_change_if": sens,
         },
     }
+    if name in TRACES:
+        ref["trace"] = record_trace(out, prompt + new_ids[: TRACES[name]])
     (out / "reference.json").write_text(dump_json(ref))
     os.chmod(out / "reference.json", 0o644)
 

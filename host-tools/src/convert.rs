@@ -1,9 +1,12 @@
-//! `host-tools convert`: a Hugging Face GPT-2 checkpoint -> blob.
+//! `host-tools convert`: a Hugging Face GPT-2 or GPT-Neo checkpoint -> blob.
 //!
 //! All layout decisions live here, not in the runtime: keys with or without `transformer.`,
-//! legacy `attn.bias` / `attn.masked_bias` buffers dropped, F16/BF16 widened, Conv1D `[in, out]`
-//! weights transposed to `[out, in]`, an untied `lm_head.weight` kept only when the config says
-//! the head is not tied, `wpe` cut to `--ctx` rows.
+//! legacy `attn.bias` / `attn.masked_bias` buffers dropped, F16/BF16 widened, GPT-2's Conv1D
+//! `[in, out]` weights transposed to `[out, in]`, GPT-Neo's `nn.Linear` `[out, in]` weights
+//! taken as they are, with its three bias-free `q_proj`, `k_proj`, `v_proj` stacked into the
+//! rows of one `attn.c_attn` (q | k | v, as GPT-2's) and `out_proj` as `attn.c_proj`, an untied
+//! `lm_head.weight` kept only when the config says the head is not tied, `wpe` cut to `--ctx`
+//! rows.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -11,6 +14,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use runtime::blob::{DType, Provenance, Role, LAYER_ROLES};
+use runtime::config::Arch;
 
 use crate::blob_writer::{f16_bytes, f32_bytes, write_blob, BlobContents, TensorData};
 use crate::hf::{read_config, Checkpoint};
@@ -92,24 +96,48 @@ pub struct Converted {
     pub has_tokenizer: bool,
 }
 
-/// Hugging Face shape of a tensor role, as stored in the checkpoint (Conv1D is `[in, out]`).
-fn hf_shape(role: Role, c: usize, inner: usize, v: usize, n_pos: usize) -> Vec<usize> {
+/// Where a blob tensor comes from in the checkpoint: the key suffixes (after `transformer.` and
+/// `h.{layer}.`; several are stacked along the rows), each tensor's Hugging Face shape, and
+/// whether it is a Conv1D `[in, out]` to transpose. None: the family has no such tensor.
+struct HfSource {
+    suffixes: Vec<&'static str>,
+    shape: Vec<usize>,
+    conv1d: bool,
+}
+
+fn hf_source(arch: Arch, role: Role, c: usize, inner: usize, v: usize, n_pos: usize) -> Option<HfSource> {
     use Role::*;
-    match role {
-        Wte | LmHead => vec![v, c],
-        Wpe => vec![n_pos, c],
-        AttnCAttnWeight => vec![c, 3 * c],
-        AttnCAttnBias => vec![3 * c],
-        AttnCProjWeight => vec![c, c],
-        MlpCFcWeight => vec![c, inner],
-        MlpCFcBias => vec![inner],
-        MlpCProjWeight => vec![inner, c],
-        LnFWeight | LnFBias | Ln1Weight | Ln1Bias | AttnCProjBias | Ln2Weight | Ln2Bias | MlpCProjBias => vec![c],
+    let one = |suffix: &'static str, shape: Vec<usize>, conv1d: bool| Some(HfSource { suffixes: vec![suffix], shape, conv1d });
+    match (arch, role) {
+        (_, Wte) => one("wte.weight", vec![v, c], false),
+        (_, LmHead) => one("lm_head.weight", vec![v, c], false),
+        (_, Wpe) => one("wpe.weight", vec![n_pos, c], false),
+        (_, r @ (LnFWeight | LnFBias | Ln1Weight | Ln1Bias | Ln2Weight | Ln2Bias | MlpCProjBias)) => one(r.hf_suffix(), vec![c], false),
+        (_, MlpCFcBias) => one("mlp.c_fc.bias", vec![inner], false),
+        // GPT-2: Conv1D [in, out]
+        (Arch::Gpt2, AttnCAttnWeight) => one("attn.c_attn.weight", vec![c, 3 * c], true),
+        (Arch::Gpt2, AttnCAttnBias) => one("attn.c_attn.bias", vec![3 * c], false),
+        (Arch::Gpt2, AttnCProjWeight) => one("attn.c_proj.weight", vec![c, c], true),
+        (Arch::Gpt2, AttnCProjBias) => one("attn.c_proj.bias", vec![c], false),
+        (Arch::Gpt2, MlpCFcWeight) => one("mlp.c_fc.weight", vec![c, inner], true),
+        (Arch::Gpt2, MlpCProjWeight) => one("mlp.c_proj.weight", vec![inner, c], true),
+        // GPT-Neo: nn.Linear [out, in]; q/k/v without bias
+        (Arch::GptNeo, AttnCAttnWeight) => Some(HfSource {
+            suffixes: vec!["attn.attention.q_proj.weight", "attn.attention.k_proj.weight", "attn.attention.v_proj.weight"],
+            shape: vec![c, c],
+            conv1d: false,
+        }),
+        (Arch::GptNeo, AttnCAttnBias) => None,
+        (Arch::GptNeo, AttnCProjWeight) => one("attn.attention.out_proj.weight", vec![c, c], false),
+        (Arch::GptNeo, AttnCProjBias) => one("attn.attention.out_proj.bias", vec![c], false),
+        (Arch::GptNeo, MlpCFcWeight) => one("mlp.c_fc.weight", vec![inner, c], false),
+        (Arch::GptNeo, MlpCProjWeight) => one("mlp.c_proj.weight", vec![c, inner], false),
     }
 }
 
-fn is_conv1d(role: Role) -> bool {
-    matches!(role, Role::AttnCAttnWeight | Role::AttnCProjWeight | Role::MlpCFcWeight | Role::MlpCProjWeight)
+/// Buffers of older checkpoints that are not weights (causal masks): skipped without a note.
+fn is_legacy_buffer(name: &str) -> bool {
+    [".attn.bias", ".attn.masked_bias", ".attn.attention.bias", ".attn.attention.masked_bias"].iter().any(|s| name.ends_with(s))
 }
 
 /// `[rows, cols]` -> `[cols, rows]`.
@@ -150,12 +178,14 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     if untied && !ckpt.contains("lm_head.weight") {
         bail!("config.json says tie_word_embeddings = false but tensor lm_head.weight is missing");
     }
+    let arch = config.arch;
     let mut plan: Vec<(Role, u32)> = vec![(Role::Wte, 0), (Role::Wpe, 0), (Role::LnFWeight, 0), (Role::LnFBias, 0)];
     if untied {
         plan.push((Role::LmHead, 0));
     }
     for l in 0..config.n_layer {
-        plan.extend(LAYER_ROLES.iter().map(|&r| (r, l)));
+        let has = |r: &&Role| hf_source(arch, **r, c, inner, v, n_pos).is_some();
+        plan.extend(LAYER_ROLES.iter().filter(has).map(|&r| (r, l)));
     }
 
     let bar = if opts.progress { ProgressBar::new(plan.len() as u64) } else { ProgressBar::hidden() };
@@ -166,31 +196,38 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     let mut source_dtypes = BTreeSet::new();
     let mut tensors = Vec::with_capacity(plan.len());
     for (role, layer) in plan {
-        let name = match role {
-            Role::LmHead => "lm_head.weight".to_string(),
-            r if r.is_layer() => format!("{prefix}h.{layer}.{}", r.hf_suffix()),
-            r => format!("{prefix}{}", r.hf_suffix()),
-        };
-        let expected = hf_shape(role, c, inner, v, n_pos);
-        let t = ckpt.read(&name).with_context(|| format!("tensor {name} missing (expected shape {expected:?})"))?;
-        if t.shape != expected {
-            bail!("tensor {name} has shape {:?}, expected {expected:?}", t.shape);
+        let Some(src) = hf_source(arch, role, c, inner, v, n_pos) else { continue };
+        let expected = src.shape.clone();
+        // the parts, stacked along the rows (GPT-Neo's q | k | v)
+        let mut data = Vec::new();
+        let mut name = String::new();
+        for suffix in &src.suffixes {
+            name = match role {
+                Role::LmHead => suffix.to_string(),
+                r if r.is_layer() => format!("{prefix}h.{layer}.{suffix}"),
+                _ => format!("{prefix}{suffix}"),
+            };
+            let t = ckpt.read(&name).with_context(|| format!("tensor {name} missing (expected shape {expected:?})"))?;
+            if t.shape != expected {
+                bail!("tensor {name} has shape {:?}, expected {expected:?}", t.shape);
+            }
+            used.insert(name.clone());
+            source_dtypes.insert(format!("{:?}", t.dtype));
+            data.extend(t.data);
         }
-        used.insert(name.clone());
-        source_dtypes.insert(format!("{:?}", t.dtype));
-        let mut data = t.data;
+        let parts = src.suffixes.len();
         let (rows, cols) = match role {
             Role::Wpe => {
                 data.truncate(config.n_ctx() * c);
                 (config.n_ctx(), c)
             }
-            r if is_conv1d(r) => {
+            _ if src.conv1d => {
                 let (i, o) = (expected[0], expected[1]);
                 data = transpose(&data, i, o);
                 (o, i)
             }
-            _ if expected.len() == 2 => (expected[0], expected[1]),
-            _ => (expected[0], 1),
+            _ if expected.len() == 2 => (parts * expected[0], expected[1]),
+            _ => (parts * expected[0], 1),
         };
         let keep = opts.keep_f32.iter().any(|k| role.hf_suffix().starts_with(k.as_str()));
         let (dtype, bytes) = match (role.is_matrix() && !keep, opts.dtype) {
@@ -219,12 +256,13 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
         used.insert("lm_head.weight".into());
         notes.push("lm_head.weight ignored: tie_word_embeddings is true, so the head is wte (as in transformers)".into());
     }
-    let ignored: Vec<&str> = ckpt
-        .names()
-        .filter(|n| !used.contains(*n) && !n.ends_with(".attn.bias") && !n.ends_with(".attn.masked_bias"))
-        .collect();
+    let ignored: Vec<&str> = ckpt.names().filter(|n| !used.contains(*n) && !is_legacy_buffer(n)).collect();
     if !ignored.is_empty() {
-        notes.push(format!("ignored {} tensor(s) not part of GPT-2: {}", ignored.len(), ignored.join(", ")));
+        let family = match arch {
+            Arch::Gpt2 => "GPT-2",
+            Arch::GptNeo => "GPT-Neo",
+        };
+        notes.push(format!("ignored {} tensor(s) not part of {family}: {}", ignored.len(), ignored.join(", ")));
     }
 
     let tokenizer = crate::tokenizer_pack::pack_from_dir(dir)?;
@@ -242,6 +280,7 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
         provenance: Provenance { source: &source, source_dtype: &source_dtype, converter },
         tensors,
         tokenizer,
+        source_vocab: None,
     };
     let blob = write_blob(&contents)?;
     Ok(Converted { blob, notes, config, has_tokenizer })

@@ -1,5 +1,5 @@
-//! Reading (and, for `random`, writing) Hugging Face GPT-2 checkpoints: `config.json` plus
-//! `model.safetensors` (or sharded `model.safetensors.index.json`).
+//! Reading (and, for `random`, writing) Hugging Face GPT-2 and GPT-Neo checkpoints:
+//! `config.json` plus `model.safetensors` (or sharded `model.safetensors.index.json`).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -7,9 +7,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
+use runtime::config::{Arch, LayerMask};
 use runtime::{Activation, Config};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
+
+/// The `model_type`s `convert` reads.
+pub const SUPPORTED_MODEL_TYPES: &str = "gpt2 (GPT2LMHeadModel), gpt_neo (GPTNeoForCausalLM)";
 
 /// `config.json` turned into the runtime's [`Config`], plus the fields the converter needs.
 #[derive(Debug, Clone)]
@@ -26,26 +30,54 @@ fn get_u32(j: &Value, keys: &[&str]) -> Option<u32> {
     keys.iter().find_map(|k| j.get(*k).and_then(Value::as_u64)).map(|v| v as u32)
 }
 
-/// Parses `dir/config.json`.
+/// Parses `dir/config.json` (a GPT-2 or a GPT-Neo config).
 pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let j: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
+    let p = path.display().to_string();
     let mut notes = Vec::new();
-    if let Some(mt) = j.get("model_type").and_then(Value::as_str) {
-        if mt != "gpt2" {
-            notes.push(format!("model_type is {mt:?}, not \"gpt2\": converting as GPT-2 anyway"));
+    let arch = match j.get("model_type").and_then(Value::as_str) {
+        Some("gpt2") => Arch::Gpt2,
+        Some("gpt_neo") => Arch::GptNeo,
+        Some(other) => {
+            let what = j.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str).map_or(String::new(), |a| format!(" ({a})"));
+            bail!("{p}: model_type {other:?}{what} is not supported; supported: {SUPPORTED_MODEL_TYPES}")
         }
-    }
-    let need = |keys: &[&str]| get_u32(&j, keys).with_context(|| format!("{}: missing integer field {}", path.display(), keys[0]));
+        None if j.get("attention_types").is_some() || j.get("attention_layers").is_some() => {
+            notes.push("config.json has no model_type; read as gpt_neo (it has attention_types)".into());
+            Arch::GptNeo
+        }
+        None => Arch::Gpt2,
+    };
+    let need = |keys: &[&str]| get_u32(&j, keys).with_context(|| format!("{p}: missing integer field {}", keys[0]));
     let vocab_size = need(&["vocab_size"])?;
-    let n_ctx = need(&["n_positions", "n_ctx", "max_position_embeddings"])?;
-    let n_embd = need(&["n_embd", "hidden_size"])?;
-    let n_layer = need(&["n_layer", "num_hidden_layers"])?;
-    let n_head = need(&["n_head", "num_attention_heads"])?;
-    let n_inner = match j.get("n_inner") {
-        Some(Value::Number(n)) => n.as_u64().context("n_inner must be an integer")? as u32,
-        _ => 4 * n_embd,
+    let (n_ctx, n_embd, n_layer, n_head, inner_key) = match arch {
+        Arch::Gpt2 => (
+            need(&["n_positions", "n_ctx", "max_position_embeddings"])?,
+            need(&["n_embd", "hidden_size"])?,
+            need(&["n_layer", "num_hidden_layers"])?,
+            need(&["n_head", "num_attention_heads"])?,
+            "n_inner",
+        ),
+        Arch::GptNeo => (
+            need(&["max_position_embeddings"])?,
+            need(&["hidden_size"])?,
+            need(&["num_layers", "num_hidden_layers"])?,
+            need(&["num_heads", "num_attention_heads"])?,
+            "intermediate_size",
+        ),
+    };
+    let (embd_key, head_key) = match arch {
+        Arch::Gpt2 => ("n_embd", "n_head"),
+        Arch::GptNeo => ("hidden_size", "num_heads"),
+    };
+    if n_head == 0 || n_embd % n_head != 0 {
+        bail!("{p}: {head_key} {n_head} does not divide {embd_key} {n_embd}");
+    }
+    let n_inner = match j.get(inner_key) {
+        None | Some(Value::Null) => 4 * n_embd,
+        Some(v) => v.as_u64().filter(|&n| n > 0).with_context(|| format!("{p}: {inner_key} must be a positive integer or null, found {v}"))? as u32,
     };
     let eps = j.get("layer_norm_epsilon").and_then(Value::as_f64).unwrap_or(1e-5) as f32;
     let act_name = j.get("activation_function").and_then(Value::as_str).unwrap_or("gelu_new");
@@ -53,11 +85,21 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
         "gelu" | "gelu_python" => Activation::GeluErf,
         "relu" => Activation::Relu,
-        other => bail!("{}: activation_function {other:?} is not supported (gelu_new, gelu_pytorch_tanh, gelu, relu)", path.display()),
+        other => bail!("{p}: activation_function {other:?} is not supported (gelu_new, gelu_pytorch_tanh, gelu, relu)"),
     };
     let flag = |k: &str, default: bool| j.get(k).and_then(Value::as_bool).unwrap_or(default);
     let mut token = |k: &str| -> u32 {
-        let id = get_u32(&j, &[k]).unwrap_or(vocab_size.saturating_sub(1));
+        // GPT-Neo's eos_token_id may be a list; the first is the one generation stops at
+        let id = match j.get(k) {
+            Some(Value::Array(a)) => {
+                if a.len() > 1 {
+                    notes.push(format!("{k} lists {} ids; the runtime stops at the first", a.len()));
+                }
+                a.first().and_then(Value::as_u64).map(|v| v as u32)
+            }
+            _ => get_u32(&j, &[k]),
+        };
+        let id = id.unwrap_or(vocab_size.saturating_sub(1));
         if id >= vocab_size {
             notes.push(format!("{k} {id} is outside the vocabulary ({vocab_size}); using {}", vocab_size - 1));
             vocab_size - 1
@@ -67,6 +109,11 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     };
     let bos_token_id = token("bos_token_id");
     let eos_token_id = token("eos_token_id");
+    let (local_layers, attn_window) = match arch {
+        Arch::Gpt2 => (LayerMask::NONE, 0),
+        Arch::GptNeo => gpt_neo_attention(&j, &p, n_layer, &mut notes)?,
+    };
+    let gpt2 = arch == Arch::Gpt2;
     let config = Config {
         vocab_size,
         n_ctx,
@@ -76,16 +123,104 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         n_inner,
         layer_norm_epsilon: eps,
         activation,
-        scale_attn_weights: flag("scale_attn_weights", true),
-        scale_attn_by_inverse_layer_idx: flag("scale_attn_by_inverse_layer_idx", false),
+        // GPT-Neo does not scale attention scores (GPTNeoSelfAttention._attn: q·kᵀ, no 1/√D)
+        scale_attn_weights: gpt2 && flag("scale_attn_weights", true),
+        scale_attn_by_inverse_layer_idx: gpt2 && flag("scale_attn_by_inverse_layer_idx", false),
         bos_token_id,
         eos_token_id,
+        arch,
+        qkv_bias: gpt2,
+        attn_window,
+        local_layers,
     };
-    config.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    config.validate().map_err(|e| anyhow::anyhow!("{p}: {e}"))?;
     if flag("reorder_and_upcast_attn", false) {
         notes.push("reorder_and_upcast_attn only changes fp16 training numerics; ignored".into());
     }
     Ok(HfConfig { config, tie_word_embeddings: flag("tie_word_embeddings", true), notes })
+}
+
+/// GPT-Neo's per-layer attention: `attention_types` (`[[["global", "local"], n], …]`, expanded
+/// as transformers' `expand_attention_types_params`) and/or `attention_layers` (the expanded
+/// list; when both are given they must agree), and `window_size`. Returns the local layers and
+/// the window (0 when no layer is local).
+fn gpt_neo_attention(j: &Value, p: &str, n_layer: u32, notes: &mut Vec<String>) -> Result<(LayerMask, u32)> {
+    let kind = |v: &Value, at: &str| -> Result<bool> {
+        match v.as_str() {
+            Some("global") => Ok(false),
+            Some("local") => Ok(true),
+            _ => bail!("{p}: {at} is {v}, an unknown attention type (supported: \"global\", \"local\")"),
+        }
+    };
+    let from_types = match j.get("attention_types") {
+        None | Some(Value::Null) => None,
+        Some(types) => {
+            let shape_err = || anyhow::anyhow!("{p}: attention_types must be a list of [[types…], count] pairs, like [[[\"global\", \"local\"], 4]]; found {types}");
+            let mut layers = Vec::new();
+            for (i, item) in types.as_array().ok_or_else(shape_err)?.iter().enumerate() {
+                let (Some(kinds), Some(count)) = (item.get(0).and_then(Value::as_array), item.get(1).and_then(Value::as_u64)) else {
+                    return Err(shape_err());
+                };
+                if item.as_array().map_or(0, Vec::len) != 2 {
+                    return Err(shape_err());
+                }
+                let kinds = kinds.iter().enumerate().map(|(k, v)| kind(v, &format!("attention_types[{i}][0][{k}]"))).collect::<Result<Vec<bool>>>()?;
+                if count > 1 << 16 {
+                    bail!("{p}: attention_types[{i}] repeats {count} times (more layers than any model has)");
+                }
+                for _ in 0..count {
+                    layers.extend(&kinds);
+                }
+            }
+            Some(layers)
+        }
+    };
+    let from_layers = match j.get("attention_layers") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(a.iter().enumerate().map(|(i, v)| kind(v, &format!("attention_layers[{i}]"))).collect::<Result<Vec<bool>>>()?),
+        Some(v) => bail!("{p}: attention_layers must be a list of \"global\" / \"local\", found {v}"),
+    };
+    let name = |local: bool| if local { "local" } else { "global" };
+    let layers = match (from_types, from_layers) {
+        (Some(t), Some(l)) => {
+            if let Some(i) = (0..t.len().max(l.len())).find(|&i| t.get(i) != l.get(i)) {
+                let at = |v: &Vec<bool>| v.get(i).map_or("(none)", |&x| name(x));
+                bail!(
+                    "{p}: attention_layers ({} entries) and attention_types (expanding to {}) disagree at layer {i}: {} vs {}",
+                    l.len(),
+                    t.len(),
+                    at(&l),
+                    at(&t)
+                );
+            }
+            l
+        }
+        (Some(t), None) => t,
+        (None, Some(l)) => l,
+        (None, None) => {
+            // transformers' default attention_types, [[["global", "local"], 12]]
+            notes.push("config.json has neither attention_types nor attention_layers; taking transformers' default [[[\"global\", \"local\"], 12]]".into());
+            [false, true].repeat(12)
+        }
+    };
+    if layers.len() != n_layer as usize {
+        bail!("{p}: attention_layers has {} entries but num_layers is {n_layer}", layers.len());
+    }
+    let mask = layers.iter().enumerate().filter(|(_, &local)| local).fold(LayerMask::NONE, |m, (l, _)| m.with(l));
+    if mask.count() == 0 {
+        return Ok((mask, 0));
+    }
+    let window = match j.get("window_size") {
+        None | Some(Value::Null) => {
+            notes.push("config.json has no window_size; taking transformers' default 256".into());
+            256
+        }
+        Some(v) => v.as_u64().with_context(|| format!("{p}: window_size must be an integer, found {v}"))?,
+    };
+    if window == 0 {
+        bail!("{p}: window_size 0: local layers ({} of {n_layer}) need a window of at least 1", mask.count());
+    }
+    Ok((mask, window.min(u32::MAX as u64) as u32))
 }
 
 /// An open safetensors checkpoint (one or more memory-mapped shards).

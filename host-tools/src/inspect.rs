@@ -5,6 +5,8 @@ use std::fmt::Write;
 
 use anyhow::Result;
 use runtime::blob::{self, DType, Preamble, TensorEntry, TensorTable};
+use runtime::config::Config;
+use runtime::kv_cache::KvLayout;
 use runtime::{KvDType, SessionSizes};
 
 use crate::blob_file::checksums;
@@ -27,6 +29,22 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     writeln!(s, "  vocab_size {}  n_ctx {}  n_embd {}  n_layer {}  n_head {} (head_dim {})  n_inner {}", cfg.vocab_size, cfg.n_ctx, cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.head_dim(), cfg.n_inner)?;
     writeln!(s, "  layer_norm_epsilon {:e}  activation {:?}  scale_attn_weights {}  scale_attn_by_inverse_layer_idx {}", cfg.layer_norm_epsilon, cfg.activation, cfg.scale_attn_weights, cfg.scale_attn_by_inverse_layer_idx)?;
     writeln!(s, "  bos_token_id {}  eos_token_id {}", cfg.bos_token_id, cfg.eos_token_id)?;
+    writeln!(s, "  architecture {}  q/k/v bias {}", cfg.arch.name(), cfg.qkv_bias)?;
+    let (locals, globals) = layer_kinds(&cfg);
+    match cfg.local_layers.count() {
+        0 => writeln!(s, "  attention: every layer global")?,
+        n => writeln!(
+            s,
+            "  attention: window {}; local layers {} ({n} of {}), global layers {}",
+            cfg.attn_window,
+            layer_list(&locals),
+            cfg.n_layer,
+            if globals.is_empty() { "none".to_string() } else { layer_list(&globals) }
+        )?,
+    }
+    if let Some(src) = header.source_vocab {
+        writeln!(s, "  vocabulary pruned: {} of the source vocabulary's {} tokens kept", cfg.vocab_size, src.vocab_size)?;
+    }
 
     writeln!(s, "\ntensors ({}):", header.n_tensors)?;
     writeln!(s, "  {:<28} {:<9} {:>14} {:>12} {:>12}  quant. error (est. RMS / RMS)", "name", "dtype", "shape", "offset", "bytes")?;
@@ -66,20 +84,49 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     let sizes = SessionSizes::new(&cfg, ctx, 1);
     writeln!(s, "\nsession memory at context {ctx} (decode batch 1):")?;
     writeln!(s, "  activation arena          {:>12} bytes", sizes.arena_bytes())?;
-    for (kv, per) in [(KvDType::F32, 4), (KvDType::F16, 2), (KvDType::I8, 1)] {
+    let layout = KvLayout::new(&cfg, ctx);
+    let kvs = [(KvDType::F32, 4), (KvDType::F16, 2), (KvDType::I8, 1)];
+    for (kv, per) in kvs {
         let b = SessionSizes::with_kv(&cfg, ctx, 1, kv).kv_bytes();
-        let extra = if kv == KvDType::I8 { format!(" + 2 · {} · {ctx} · H {} · 4 (scales)", cfg.n_layer, cfg.n_head) } else { String::new() };
-        writeln!(
-            s,
-            "  KV cache ({:<4})           {:>12} bytes  = 2 · n_layer {} · ctx {} · n_embd {} · {per}{extra}",
-            kv.name(),
-            b,
-            cfg.n_layer,
-            ctx,
-            cfg.n_embd
-        )?;
+        let positions = if locals.is_empty() {
+            format!("n_layer {} · ctx {ctx}", cfg.n_layer)
+        } else {
+            format!("({} global · ctx {ctx} + {} local · {})", globals.len(), locals.len(), layout.local_capacity)
+        };
+        let extra = if kv == KvDType::I8 { format!(" + 2 · {positions} · H {} · 4 (scales)", cfg.n_head) } else { String::new() };
+        writeln!(s, "  KV cache ({:<4})           {:>12} bytes  = 2 · {positions} · n_embd {} · {per}{extra}", kv.name(), b, cfg.n_embd)?;
+    }
+    writeln!(s, "  KV cache per layer (f32 / f16 / int8 bytes):")?;
+    for (what, layers) in [("global", &globals), ("local", &locals)] {
+        let Some(&l) = layers.first() else { continue };
+        let bytes: Vec<String> = kvs.iter().map(|&(kv, _)| layout.layer_bytes(kv, l).to_string()).collect();
+        let held = match what {
+            "local" => format!("a ring of {} positions (min(ctx, window {}))", layout.layer_capacity(l), cfg.attn_window),
+            _ => format!("{} positions", layout.layer_capacity(l)),
+        };
+        writeln!(s, "    {what} layers {}: {held}, {} each", layer_list(layers), bytes.join(" / "))?;
     }
     Ok(s)
+}
+
+/// The local and the global layers.
+fn layer_kinds(cfg: &Config) -> (Vec<usize>, Vec<usize>) {
+    (0..cfg.n_layer()).partition(|&l| cfg.is_local(l))
+}
+
+/// `0-3, 5, 7`: layer numbers with runs collapsed.
+fn layer_list(layers: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i + 1 { format!("{}-{}", layers[i], layers[j]) } else { layers[i..=j].iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ") });
+        i = j + 1;
+    }
+    parts.join(", ")
 }
 
 /// Estimated relative quantization error of a q8/q4 tensor: rounding to a step s leaves an

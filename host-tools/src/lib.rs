@@ -12,3 +12,5 @@ pub mod npy;
 pub mod plan;
 pub mod random;
 pub mod tokenizer_pack;
+pub mod trace;
+pub mod trace_page;

@@ -10,9 +10,28 @@ use host_tools::boards::{self, parse_bytes};
 use host_tools::convert::{convert, ConvertOptions, WeightDType};
 use host_tools::plan::{KvArg, Plan, Target};
 use host_tools::random::{write_random, RandomShape};
+use runtime::config::{Arch, LayerMask};
+
+/// `random --arch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ArchArg {
+    /// GPT2LMHeadModel.
+    Gpt2,
+    /// GPTNeoForCausalLM.
+    GptNeo,
+}
+
+impl ArchArg {
+    fn arch(self) -> Arch {
+        match self {
+            ArchArg::Gpt2 => Arch::Gpt2,
+            ArchArg::GptNeo => Arch::GptNeo,
+        }
+    }
+}
 
 #[derive(Parser)]
-#[command(name = "host-tools", version, about = "Checkpoint -> blob converter and blob tools for the GPT-2 microcontroller runtime")]
+#[command(name = "host-tools", version, about = "Checkpoint -> blob converter and blob tools for the GPT-2 / GPT-Neo microcontroller runtime")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -20,8 +39,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Convert a Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors,
-    /// optional vocab.json + merges.txt or tokenizer.json) into a blob.
+    /// Convert a Hugging Face GPT-2 or GPT-Neo checkpoint directory (config.json +
+    /// model.safetensors, optional vocab.json + merges.txt or tokenizer.json) into a blob.
     Convert {
         /// Checkpoint directory.
         hf_dir: PathBuf,
@@ -96,24 +115,41 @@ enum Cmd {
         #[arg(long, default_value_t = 32)]
         group: usize,
     },
-    /// Write a random-initialised GPT-2 checkpoint in the Hugging Face layout.
+    /// Write a random-initialised GPT-2 or GPT-Neo checkpoint in the Hugging Face layout
+    /// (transformers' `from_pretrained` loads it). The flags override the preset's numbers.
     Random {
         /// Output directory.
         #[arg(short, long)]
         out: PathBuf,
-        /// A named shape (`gpt2` = 124M).
-        #[arg(long, value_parser = ["gpt2"])]
+        /// A named shape: `gpt2` (124M), `tinystories-1m` (GPT-Neo 8 × 64, 16 heads, window
+        /// 256, alternating global/local, 50257 tokens, 2048 positions), `tinystories-3m` and
+        /// `tinytalk` (the same, 128 wide).
+        #[arg(long, value_parser = RandomShape::PRESETS)]
         preset: Option<String>,
+        /// Checkpoint family (default: the preset's, else gpt2).
+        #[arg(long, value_enum)]
+        arch: Option<ArchArg>,
         #[arg(long)]
         n_layer: Option<u32>,
         #[arg(long)]
         n_embd: Option<u32>,
         #[arg(long)]
         n_head: Option<u32>,
+        /// MLP width (default 4 · n_embd).
+        #[arg(long)]
+        n_inner: Option<u32>,
         #[arg(long)]
         vocab: Option<u32>,
         #[arg(long)]
         n_ctx: Option<u32>,
+        /// GPT-Neo: window of the local layers (`window_size`).
+        #[arg(long)]
+        window: Option<u32>,
+        /// GPT-Neo: attention type per layer, a comma-separated pattern repeated over the
+        /// layers: `global,local` (alternating, the default), `local` (every layer local),
+        /// `global,local,local`, …
+        #[arg(long, value_delimiter = ',', value_parser = ["global", "local"])]
+        attention: Vec<String>,
         /// RNG seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -134,10 +170,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             std::fs::write(&out, &conv.blob).with_context(|| format!("cannot write {}", out.display()))?;
             let c = conv.config;
+            let locals = match c.local_layers.count() {
+                0 => String::new(),
+                n => format!(" ({n} local, window {})", c.attn_window),
+            };
             eprintln!(
-                "wrote {} ({} bytes): {} layers, n_embd {}, n_head {}, vocab {}, n_ctx {}, {:?} weights, tokenizer: {}",
+                "wrote {} ({} bytes): {}, {} layers{locals}, n_embd {}, n_head {}, vocab {}, n_ctx {}, {:?} weights, tokenizer: {}",
                 out.display(),
                 conv.blob.len(),
+                c.arch.name(),
                 c.n_layer,
                 c.n_embd,
                 c.n_head,
@@ -172,20 +213,50 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{} tokens scored from {} (window {window}, stride {}), quantization group {group}\n", scored, text.display(), window / 2);
             print!("{}", host_tools::accuracy::table(&rows));
         }
-        Cmd::Random { out, preset, n_layer, n_embd, n_head, vocab, n_ctx, seed } => {
-            let base = match preset.as_deref() {
-                Some("gpt2") => RandomShape::GPT2,
-                _ => RandomShape { n_layer: 2, n_embd: 64, n_head: 4, vocab_size: 256, n_ctx: 64 },
+        Cmd::Random { out, preset, arch, n_layer, n_embd, n_head, n_inner, vocab, n_ctx, window, attention, seed } => {
+            let base = match (preset.as_deref().and_then(RandomShape::preset), arch) {
+                (Some(p), None) => p,
+                (Some(p), Some(a)) if p.arch == a.arch() => p,
+                (Some(_), Some(a)) => anyhow::bail!("--arch {} contradicts --preset {}", a.arch().name(), preset.unwrap_or_default()),
+                (None, Some(ArchArg::GptNeo)) => RandomShape::gpt_neo(2, 64, 4, 256, 64, 16),
+                (None, _) => RandomShape::gpt2(2, 64, 4, 256, 64),
+            };
+            if base.arch == Arch::Gpt2 && (window.is_some() || !attention.is_empty()) {
+                anyhow::bail!("--window and --attention are GPT-Neo settings (give --arch gpt-neo or a GPT-Neo preset)");
+            }
+            let n_layer = n_layer.unwrap_or(base.n_layer);
+            let local = match (base.arch, attention.is_empty()) {
+                (Arch::Gpt2, _) => LayerMask::NONE,
+                (Arch::GptNeo, true) => host_tools::random::alternating(n_layer),
+                (Arch::GptNeo, false) => (0..n_layer as usize).filter(|l| attention[l % attention.len()] == "local").fold(LayerMask::NONE, |m, l| m.with(l)),
             };
             let shape = RandomShape {
-                n_layer: n_layer.unwrap_or(base.n_layer),
+                n_layer,
                 n_embd: n_embd.unwrap_or(base.n_embd),
                 n_head: n_head.unwrap_or(base.n_head),
+                n_inner: n_inner.or(base.n_inner),
                 vocab_size: vocab.unwrap_or(base.vocab_size),
                 n_ctx: n_ctx.unwrap_or(base.n_ctx),
+                window: window.unwrap_or(base.window),
+                local,
+                ..base
             };
             let params = write_random(&out, shape, seed)?;
-            eprintln!("wrote {} ({params} parameters, {shape:?}, seed {seed})", out.display());
+            let attn = match shape.arch {
+                Arch::Gpt2 => String::new(),
+                Arch::GptNeo => format!(", {} of {} layers local (window {})", shape.local.count(), shape.n_layer, shape.window),
+            };
+            eprintln!(
+                "wrote {} ({params} parameters: {}, {} layers, n_embd {}, n_head {}, n_inner {}, vocab {}, n_ctx {}{attn}; seed {seed})",
+                out.display(),
+                shape.arch.name(),
+                shape.n_layer,
+                shape.n_embd,
+                shape.n_head,
+                shape.n_inner.unwrap_or(4 * shape.n_embd),
+                shape.vocab_size,
+                shape.n_ctx
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,20 +1,26 @@
-//! `host-tools random`: a random-initialised GPT-2 checkpoint in the Hugging Face layout, for
-//! benchmarks and for trying a shape before training one. Initialisation follows
-//! `GPT2PreTrainedModel._init_weights`: N(0, 0.02) weights, N(0, 0.02/√(2·n_layer)) for the
-//! residual projections (`c_proj`), zero biases, LayerNorm weight 1 and bias 0.
+//! `host-tools random`: a random-initialised GPT-2 or GPT-Neo checkpoint in the Hugging Face
+//! layout (`GPT2LMHeadModel.from_pretrained` / `GPTNeoForCausalLM.from_pretrained` load it), for
+//! benchmarks, memory plans and trying a shape before training one.
+//!
+//! Initialisation follows transformers' `_init_weights`: N(0, 0.02) weights, zero biases,
+//! LayerNorm weight 1 and bias 0; GPT-2 also scales its residual projections (`c_proj`) to
+//! N(0, 0.02/√(2·n_layer)), GPT-Neo does not.
 
 use std::path::Path;
 
 use anyhow::{ensure, Result};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
-use serde_json::json;
+use runtime::config::{Arch, LayerMask};
+use serde_json::{json, Value};
 
 use crate::hf::write_checkpoint;
 
 /// Shape of a random model.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RandomShape {
+    /// Checkpoint family (and so key layout and `config.json` fields).
+    pub arch: Arch,
     /// Blocks.
     pub n_layer: u32,
     /// Width C.
@@ -25,42 +31,139 @@ pub struct RandomShape {
     pub vocab_size: u32,
     /// Positions.
     pub n_ctx: u32,
+    /// MLP width (None: 4·C, written as null).
+    pub n_inner: Option<u32>,
+    /// GPT-Neo: `window_size` of the local layers.
+    pub window: u32,
+    /// GPT-Neo: the local layers (the others are global).
+    pub local: LayerMask,
+}
+
+/// Layers 1, 3, 5, … of `n`: GPT-Neo's `[[["global", "local"], n / 2]]`.
+pub const fn alternating(n: u32) -> LayerMask {
+    let mut m = LayerMask::NONE;
+    let mut l = 1;
+    while l < n as usize {
+        m = m.with(l);
+        l += 2;
+    }
+    m
 }
 
 impl RandomShape {
     /// GPT-2 small (124M): 12 layers, 768 wide, 12 heads, 50257 tokens, 1024 positions.
-    pub const GPT2: RandomShape = RandomShape { n_layer: 12, n_embd: 768, n_head: 12, vocab_size: 50257, n_ctx: 1024 };
+    pub const GPT2: RandomShape = RandomShape::gpt2(12, 768, 12, 50257, 1024);
+    /// Shaped like TinyStories-1M (`roneneldan/TinyStories-1M`): GPT-Neo, 8 layers, 64 wide,
+    /// 16 heads (head_dim 4), alternating global/local with a window of 256, 50257 tokens,
+    /// 2048 positions, tied head.
+    pub const TINYSTORIES_1M: RandomShape = RandomShape::gpt_neo(8, 64, 16, 50257, 2048, 256);
+    /// Shaped like TinyStories-3M and its fine-tune TinyTalk: as TinyStories-1M, 128 wide.
+    pub const TINYSTORIES_3M: RandomShape = RandomShape::gpt_neo(8, 128, 16, 50257, 2048, 256);
+
+    /// A GPT-2 shape (MLP 4·C).
+    pub const fn gpt2(n_layer: u32, n_embd: u32, n_head: u32, vocab_size: u32, n_ctx: u32) -> Self {
+        RandomShape { arch: Arch::Gpt2, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner: None, window: 0, local: LayerMask::NONE }
+    }
+
+    /// A GPT-Neo shape with alternating global/local layers (MLP 4·C).
+    pub const fn gpt_neo(n_layer: u32, n_embd: u32, n_head: u32, vocab_size: u32, n_ctx: u32, window: u32) -> Self {
+        RandomShape { arch: Arch::GptNeo, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner: None, window, local: alternating(n_layer) }
+    }
+
+    /// A preset by name (`gpt2`, `tinystories-1m`, `tinystories-3m`, `tinytalk`).
+    pub fn preset(name: &str) -> Option<Self> {
+        match name {
+            "gpt2" => Some(Self::GPT2),
+            "tinystories-1m" => Some(Self::TINYSTORIES_1M),
+            "tinystories-3m" | "tinytalk" => Some(Self::TINYSTORIES_3M),
+            _ => None,
+        }
+    }
+
+    /// The preset names.
+    pub const PRESETS: [&'static str; 4] = ["gpt2", "tinystories-1m", "tinystories-3m", "tinytalk"];
 }
 
-/// Writes `config.json` + `model.safetensors` for a random model of `shape` into `dir`.
+/// GPT-Neo's `attention_types` for a per-layer list: `[[pattern, repeats]]` when one pattern
+/// repeats over all layers (as transformers' configs say it), else one entry per run.
+fn attention_types(layers: &[&str]) -> Value {
+    for len in 1..=layers.len() {
+        if layers.len().is_multiple_of(len) && layers.chunks(len).all(|c| c == &layers[..len]) {
+            return json!([[layers[..len].to_vec(), layers.len() / len]]);
+        }
+    }
+    json!([])
+}
+
+/// Writes `config.json` + `model.safetensors` for a random model of `shape` into `dir`;
+/// returns the number of parameters.
 pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
-    let RandomShape { n_layer, n_embd, n_head, vocab_size, n_ctx } = shape;
+    let RandomShape { arch, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner, window, local } = shape;
     ensure!(n_layer > 0 && n_embd > 0 && n_head > 0 && vocab_size > 0 && n_ctx > 0, "every dimension must be positive");
     ensure!(n_embd % n_head == 0, "n_embd ({n_embd}) must be a multiple of n_head ({n_head})");
+    ensure!(n_layer as usize <= LayerMask::CAPACITY, "at most {} layers", LayerMask::CAPACITY);
+    ensure!(n_inner != Some(0), "n_inner must be positive");
     let (c, v, t) = (n_embd as usize, vocab_size as usize, n_ctx as usize);
-    let inner = 4 * c;
+    let inner = n_inner.map_or(4 * c, |i| i as usize);
     let eos = vocab_size - 1;
-    let config = json!({
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "activation_function": "gelu_new",
-        "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1,
-        "bos_token_id": eos, "eos_token_id": eos,
-        "initializer_range": 0.02,
-        "layer_norm_epsilon": 1e-5,
-        "n_ctx": n_ctx, "n_positions": n_ctx,
-        "n_embd": n_embd, "n_head": n_head, "n_layer": n_layer, "n_inner": null,
-        "vocab_size": vocab_size,
-        "scale_attn_weights": true,
-        "scale_attn_by_inverse_layer_idx": false,
-        "reorder_and_upcast_attn": false,
-        "tie_word_embeddings": true,
-        "torch_dtype": "float32",
-        "note": format!("random-initialised by host-tools random --seed {seed}")
-    });
+    let note = format!("random-initialised by host-tools random --seed {seed}");
+    let config = match arch {
+        Arch::Gpt2 => json!({
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "activation_function": "gelu_new",
+            "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1,
+            "bos_token_id": eos, "eos_token_id": eos,
+            "initializer_range": 0.02,
+            "layer_norm_epsilon": 1e-5,
+            "n_ctx": n_ctx, "n_positions": n_ctx,
+            "n_embd": n_embd, "n_head": n_head, "n_layer": n_layer, "n_inner": n_inner,
+            "vocab_size": vocab_size,
+            "scale_attn_weights": true,
+            "scale_attn_by_inverse_layer_idx": false,
+            "reorder_and_upcast_attn": false,
+            "tie_word_embeddings": true,
+            "torch_dtype": "float32",
+            "note": note
+        }),
+        Arch::GptNeo => {
+            ensure!(local.last().is_none_or(|l| l < n_layer as usize), "a local layer beyond n_layer {n_layer}");
+            ensure!(local.count() == 0 || window > 0, "local layers need a window of at least 1");
+            let layers: Vec<&str> = (0..n_layer as usize).map(|l| if local.contains(l) { "local" } else { "global" }).collect();
+            json!({
+                "activation_function": "gelu_new",
+                "architectures": ["GPTNeoForCausalLM"],
+                "attention_dropout": 0.0,
+                "attention_layers": layers,
+                "attention_types": attention_types(&layers),
+                "bos_token_id": eos,
+                "classifier_dropout": 0.1,
+                "embed_dropout": 0.0,
+                "eos_token_id": eos,
+                "hidden_size": n_embd,
+                "initializer_range": 0.02,
+                "intermediate_size": n_inner,
+                "layer_norm_epsilon": 1e-5,
+                "max_position_embeddings": n_ctx,
+                "model_type": "gpt_neo",
+                "num_heads": n_head,
+                "num_layers": n_layer,
+                "resid_dropout": 0.0,
+                "tie_word_embeddings": true,
+                "torch_dtype": "float32",
+                "use_cache": true,
+                "vocab_size": vocab_size,
+                "window_size": if window == 0 { 256 } else { window },
+                "note": note
+            })
+        }
+    };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let std = 0.02f32;
-    let proj_std = std / (2.0 * n_layer as f32).sqrt();
+    let proj_std = match arch {
+        Arch::Gpt2 => std / (2.0 * n_layer as f32).sqrt(),
+        Arch::GptNeo => std,
+    };
     let normal = |n: usize, s: f32, rng: &mut rand::rngs::StdRng| -> Vec<f32> {
         let d = Normal::new(0.0f32, s).expect("positive std");
         (0..n).map(|_| d.sample(rng)).collect()
@@ -72,15 +175,32 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
         let p = format!("transformer.h.{l}.");
         tensors.push((format!("{p}ln_1.weight"), vec![c], vec![1.0; c]));
         tensors.push((format!("{p}ln_1.bias"), vec![c], vec![0.0; c]));
-        tensors.push((format!("{p}attn.c_attn.weight"), vec![c, 3 * c], normal(3 * c * c, std, &mut rng)));
-        tensors.push((format!("{p}attn.c_attn.bias"), vec![3 * c], vec![0.0; 3 * c]));
-        tensors.push((format!("{p}attn.c_proj.weight"), vec![c, c], normal(c * c, proj_std, &mut rng)));
-        tensors.push((format!("{p}attn.c_proj.bias"), vec![c], vec![0.0; c]));
+        match arch {
+            Arch::Gpt2 => {
+                // Conv1D [in, out]
+                tensors.push((format!("{p}attn.c_attn.weight"), vec![c, 3 * c], normal(3 * c * c, std, &mut rng)));
+                tensors.push((format!("{p}attn.c_attn.bias"), vec![3 * c], vec![0.0; 3 * c]));
+                tensors.push((format!("{p}attn.c_proj.weight"), vec![c, c], normal(c * c, proj_std, &mut rng)));
+                tensors.push((format!("{p}attn.c_proj.bias"), vec![c], vec![0.0; c]));
+            }
+            Arch::GptNeo => {
+                // nn.Linear [out, in]; q/k/v without bias
+                for proj in ["k_proj", "v_proj", "q_proj"] {
+                    tensors.push((format!("{p}attn.attention.{proj}.weight"), vec![c, c], normal(c * c, std, &mut rng)));
+                }
+                tensors.push((format!("{p}attn.attention.out_proj.weight"), vec![c, c], normal(c * c, proj_std, &mut rng)));
+                tensors.push((format!("{p}attn.attention.out_proj.bias"), vec![c], vec![0.0; c]));
+            }
+        }
         tensors.push((format!("{p}ln_2.weight"), vec![c], vec![1.0; c]));
         tensors.push((format!("{p}ln_2.bias"), vec![c], vec![0.0; c]));
-        tensors.push((format!("{p}mlp.c_fc.weight"), vec![c, inner], normal(c * inner, std, &mut rng)));
+        let (fc, proj) = match arch {
+            Arch::Gpt2 => (vec![c, inner], vec![inner, c]),
+            Arch::GptNeo => (vec![inner, c], vec![c, inner]),
+        };
+        tensors.push((format!("{p}mlp.c_fc.weight"), fc, normal(c * inner, std, &mut rng)));
         tensors.push((format!("{p}mlp.c_fc.bias"), vec![inner], vec![0.0; inner]));
-        tensors.push((format!("{p}mlp.c_proj.weight"), vec![inner, c], normal(inner * c, proj_std, &mut rng)));
+        tensors.push((format!("{p}mlp.c_proj.weight"), proj, normal(inner * c, proj_std, &mut rng)));
         tensors.push((format!("{p}mlp.c_proj.bias"), vec![c], vec![0.0; c]));
     }
     tensors.push(("transformer.ln_f.weight".into(), vec![c], vec![1.0; c]));
@@ -88,4 +208,17 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
     let params: u64 = tensors.iter().map(|(_, _, d)| d.len() as u64).sum();
     write_checkpoint(dir, &config, &tensors)?;
     Ok(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_types_are_written_as_transformers_writes_them() {
+        assert_eq!(attention_types(&["global", "local", "global", "local"]), json!([[["global", "local"], 2]]));
+        assert_eq!(attention_types(&["local", "local", "local"]), json!([[["local"], 3]]));
+        assert_eq!(attention_types(&["global", "local", "local"]), json!([[["global", "local", "local"], 1]]));
+        assert_eq!(alternating(8), LayerMask::NONE.with(1).with(3).with(5).with(7));
+    }
 }

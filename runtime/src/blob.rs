@@ -1,18 +1,20 @@
-//! Blob format v1: the one definition shared by the writer (`host-tools convert`) and the reader
-//! ([`crate::Model::from_blob`]). See `docs/blob-format.md` for the diagram.
+//! Blob format v2: the one definition shared by the writer (`host-tools convert`) and the reader
+//! ([`crate::Model::from_blob`]). See `docs/blob-format.md` for the diagram. Version 1 blobs
+//! (GPT-2 only, no source vocabulary) still load: their header is decoded with the v1 layout
+//! ([`v1`]) and turned into the v2 one.
 //!
 //! ```text
 //! offset  size  field (all integers little-endian)
 //! 0       8     magic  b"GPT2MCU\0"
-//! 8       4     version (= 1)
+//! 8       4     version (= 2; 1 is read too)
 //! 12      4     crc32: CRC-32/ISO-HDLC (zlib's crc32) of bytes 16..file_len
 //! 16      4     header_len: bytes of the postcard header that follows the preamble
 //! 20      4     reserved (0)
 //! 24      8     file_len: total blob length in bytes
 //! 32      ..    header: postcard(Header) then Header::n_tensors × postcard(TensorEntry)
 //! ..      ..    zero padding to a multiple of DATA_ALIGN
-//! data    ..    tensor data and the tokenizer section, each starting at a multiple of
-//!               DATA_ALIGN (offsets are from the start of the blob)
+//! data    ..    tensor data, the tokenizer section and the source-vocabulary section, each
+//!               starting at a multiple of DATA_ALIGN (offsets are from the start of the blob)
 //! ```
 //!
 //! Matrices are stored row-major as `[out, in]` (the transpose of Hugging Face's Conv1D
@@ -25,8 +27,10 @@ use crate::error::Error;
 
 /// First eight bytes of every blob.
 pub const MAGIC: [u8; 8] = *b"GPT2MCU\0";
-/// Format version written by this crate and the only one it reads.
-pub const VERSION: u32 = 1;
+/// Format version written by this crate (the newest it reads).
+pub const VERSION: u32 = 2;
+/// Oldest format version this crate reads.
+pub const MIN_VERSION: u32 = 1;
 /// Size of the fixed preamble before the postcard header.
 pub const PREAMBLE_LEN: usize = 32;
 /// Every tensor and section starts at a multiple of this many bytes from the blob start.
@@ -245,6 +249,16 @@ pub struct Provenance<'a> {
     pub converter: &'a str,
 }
 
+/// A pruned vocabulary's map back to the vocabulary the model was trained with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceVocab {
+    /// Tokens in the source vocabulary.
+    pub vocab_size: u32,
+    /// `config.vocab_size` u32 (little-endian): the source id of each kept token, strictly
+    /// increasing, each below `vocab_size`.
+    pub ids: Section,
+}
+
 /// The postcard header that follows the preamble.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Header<'a> {
@@ -255,8 +269,87 @@ pub struct Header<'a> {
     pub provenance: Provenance<'a>,
     /// Tokenizer tables (see [`crate::tokenizer`]), if the checkpoint had them.
     pub tokenizer: Option<Section>,
+    /// For a pruned vocabulary, the source id of each kept token; None when the vocabulary is
+    /// the checkpoint's own.
+    pub source_vocab: Option<SourceVocab>,
     /// Number of [`TensorEntry`] records that follow this header.
     pub n_tensors: u32,
+}
+
+/// Format v1 (read only): the header layout before GPT-Neo. Its config has no window, layer
+/// mask, q/k/v-bias flag or architecture: every v1 blob is a GPT-2 (all layers global, q/k/v
+/// biases present), and has no source vocabulary.
+pub mod v1 {
+    use serde::{Deserialize, Serialize};
+
+    use super::{Provenance, Section};
+    use crate::config::{Activation, Arch, LayerMask};
+
+    /// The v1 [`crate::Config`]: the same fields in the same order, without the v2 ones.
+    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+    #[allow(missing_docs)]
+    pub struct Config {
+        pub vocab_size: u32,
+        pub n_ctx: u32,
+        pub n_embd: u32,
+        pub n_layer: u32,
+        pub n_head: u32,
+        pub n_inner: u32,
+        pub layer_norm_epsilon: f32,
+        pub activation: Activation,
+        pub scale_attn_weights: bool,
+        pub scale_attn_by_inverse_layer_idx: bool,
+        pub bos_token_id: u32,
+        pub eos_token_id: u32,
+    }
+
+    /// The v1 [`super::Header`].
+    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+    #[allow(missing_docs)]
+    pub struct Header<'a> {
+        pub config: Config,
+        #[serde(borrow)]
+        pub provenance: Provenance<'a>,
+        pub tokenizer: Option<Section>,
+        pub n_tensors: u32,
+    }
+
+    impl Config {
+        /// The v2 config of a v1 blob: GPT-2, every layer global, q/k/v biases.
+        pub const fn upgrade(self) -> crate::Config {
+            crate::Config {
+                vocab_size: self.vocab_size,
+                n_ctx: self.n_ctx,
+                n_embd: self.n_embd,
+                n_layer: self.n_layer,
+                n_head: self.n_head,
+                n_inner: self.n_inner,
+                layer_norm_epsilon: self.layer_norm_epsilon,
+                activation: self.activation,
+                scale_attn_weights: self.scale_attn_weights,
+                scale_attn_by_inverse_layer_idx: self.scale_attn_by_inverse_layer_idx,
+                bos_token_id: self.bos_token_id,
+                eos_token_id: self.eos_token_id,
+                arch: Arch::Gpt2,
+                qkv_bias: true,
+                attn_window: 0,
+                local_layers: LayerMask::NONE,
+            }
+        }
+    }
+
+    impl<'a> Header<'a> {
+        /// The v2 header of a v1 blob.
+        pub const fn upgrade(self) -> super::Header<'a> {
+            super::Header {
+                config: self.config.upgrade(),
+                provenance: self.provenance,
+                tokenizer: self.tokenizer,
+                source_vocab: None,
+                n_tensors: self.n_tensors,
+            }
+        }
+    }
 }
 
 /// One row of the tensor table.
@@ -322,7 +415,7 @@ impl Preamble {
             return Err(Error::BadMagic { found: le_u32(magic) });
         }
         let version = le_u32(rest.get(0..4).unwrap_or(&[]));
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion { found: version, supported: VERSION });
         }
         let crc32 = le_u32(rest.get(4..8).unwrap_or(&[]));
@@ -396,14 +489,19 @@ static CRC_TABLE: [u32; 256] = {
 /// The range of the blob the checksum covers.
 pub const CRC_START: usize = 16;
 
-/// Parses the header and returns it with the bytes of the tensor table that follow it.
+/// Parses the header (a v1 header is upgraded to v2, see [`v1`]) and returns it with the bytes
+/// of the tensor table that follow it.
 pub fn parse_header<'a>(blob: &'a [u8], pre: &Preamble) -> Result<(Header<'a>, &'a [u8]), Error> {
     let end = PREAMBLE_LEN + pre.header_len as usize;
     let bytes = blob.get(PREAMBLE_LEN..end).ok_or(Error::Truncated {
         needed: end as u64,
         available: blob.len() as u64,
     })?;
-    postcard::take_from_bytes::<Header<'_>>(bytes).map_err(|_| Error::BadHeader)
+    let parsed = match pre.version {
+        1 => postcard::take_from_bytes::<v1::Header<'_>>(bytes).map(|(h, rest)| (h.upgrade(), rest)),
+        _ => postcard::take_from_bytes::<Header<'_>>(bytes),
+    };
+    parsed.map_err(|_| Error::BadHeader)
 }
 
 /// Iterates over the tensor table (stops at the first record that does not decode, yielding
@@ -467,11 +565,17 @@ mod tests {
             Preamble::parse(b"PK\x03\x04 zip file, not a blob at all......"),
             Err(Error::BadMagic { found: u32::from_le_bytes(*b"PK\x03\x04") })
         );
-        let p = Preamble { version: 2, crc32: 0, header_len: 0, file_len: 32 };
-        assert_eq!(
-            Preamble::parse(&p.to_bytes()),
-            Err(Error::UnsupportedVersion { found: 2, supported: 1 })
-        );
+        for version in [0, 3, u32::MAX] {
+            let p = Preamble { version, crc32: 0, header_len: 0, file_len: 32 };
+            assert_eq!(
+                Preamble::parse(&p.to_bytes()),
+                Err(Error::UnsupportedVersion { found: version, supported: 2 })
+            );
+        }
+        for version in [1, 2] {
+            let p = Preamble { version, crc32: 0, header_len: 0, file_len: 32 };
+            assert_eq!(Preamble::parse(&p.to_bytes()).map(|p| p.version), Ok(version));
+        }
         let p = Preamble { version: 1, crc32: 0, header_len: 0, file_len: 100 };
         assert_eq!(
             Preamble::parse(&p.to_bytes()),

@@ -24,7 +24,7 @@ pub enum Error {
     UnsupportedVersion {
         /// Version in the blob.
         found: u32,
-        /// Version this runtime reads.
+        /// Newest version this runtime reads (it reads 1 up to this).
         supported: u32,
     },
     /// The CRC-32 stored in the blob does not match its contents.
@@ -99,6 +99,34 @@ pub enum Error {
     IrregularLayout {
         /// Layer where the layout differs from layer 0.
         layer: u32,
+    },
+    /// The source-vocabulary section (the source id of each kept token of a pruned
+    /// vocabulary) lies outside the data or does not hold one u32 per token.
+    BadSourceVocab {
+        /// Byte offset claimed.
+        offset: u64,
+        /// Byte length claimed (4 · vocab_size expected).
+        len: u64,
+        /// The model's vocab_size.
+        vocab_size: u32,
+    },
+    /// A source id is not above the one before it (they must be strictly increasing).
+    SourceIdOutOfOrder {
+        /// Index of the kept token.
+        index: u32,
+        /// Its source id.
+        id: u32,
+        /// The source id of the token before it.
+        previous: u32,
+    },
+    /// A source id is outside the source vocabulary.
+    SourceIdOutOfRange {
+        /// Index of the kept token.
+        index: u32,
+        /// Its source id.
+        id: u32,
+        /// Size of the source vocabulary.
+        source_vocab_size: u32,
     },
 
     // ---- session memory and context ----------------------------------------------------------
@@ -185,6 +213,10 @@ pub enum ConfigField {
     LayerNormEpsilon,
     BosTokenId,
     EosTokenId,
+    /// `attn_window` (0 while some layer is local).
+    AttnWindow,
+    /// `local_layers` (the value is a layer ≥ n_layer in the set).
+    LocalLayers,
 }
 
 /// Which sampling parameter was rejected by [`Error::BadSamplerParam`].
@@ -207,7 +239,7 @@ impl fmt::Display for Error {
             }
             BadMagic { found } => write!(f, "not a model blob (magic {found:#010x})"),
             UnsupportedVersion { found, supported } => {
-                write!(f, "blob format version {found} is not supported (this runtime reads {supported})")
+                write!(f, "blob format version {found} is not supported (this runtime reads versions 1 to {supported})")
             }
             ChecksumMismatch { stored, computed } => write!(
                 f,
@@ -240,6 +272,19 @@ impl fmt::Display for Error {
             IrregularLayout { layer } => {
                 write!(f, "layer {layer} tensors are not laid out like layer 0")
             }
+            BadSourceVocab { offset, len, vocab_size } => write!(
+                f,
+                "source-vocabulary section (offset {offset}, length {len}) must lie in the data and hold {vocab_size} u32 ids ({} bytes)",
+                vocab_size as u64 * 4
+            ),
+            SourceIdOutOfOrder { index, id, previous } => write!(
+                f,
+                "source id {id} of token {index} is not above {previous}, the one before it (source ids must increase)"
+            ),
+            SourceIdOutOfRange { index, id, source_vocab_size } => write!(
+                f,
+                "source id {id} of token {index} is outside the source vocabulary ({source_vocab_size} tokens)"
+            ),
             ArenaTooSmall { needed, available } => write!(
                 f,
                 "activation arena too small: needs {needed} f32 ({} bytes), has {available} ({} bytes)",

@@ -3,8 +3,20 @@
 //! [`StopMatcher`]) or a full context. With `context_shift` a full context keeps its last half,
 //! re-prefills it (GPT-2's positions are absolute, so cached keys and values cannot be moved)
 //! and goes on, in the same fixed memory.
+//!
+//! [`generate`] starts a new sequence; [`generate_more`] appends to the one in the cache (a chat
+//! turn: only the new text is prefilled). Both run the same loop.
+//!
+//! Context-shift policy, in both:
+//! - **during generation**, a full cache keeps its most recent `capacity / 2` tokens, re-prefills
+//!   them, then appends the new token;
+//! - **when [`generate_more`]'s new tokens do not fit** beside the cached ones, the cache keeps its
+//!   most recent `min(cached, capacity / 2 - new)` tokens (none if the new tokens alone fill half
+//!   the context) and re-prefills them followed by the new tokens, so that the kept conversation
+//!   and the new text take at most half of the context and the reply has the other half.
 
 use crate::error::Error;
+use crate::observe::{NoObserver, Observer};
 use crate::sampler::Sampler;
 use crate::session::Session;
 
@@ -71,10 +83,23 @@ pub fn generate<const K: usize>(
     prompt: &[u32],
     window: &mut [u32],
     opts: &GenerateOptions,
-    mut on_token: impl FnMut(u32) -> Control,
+    on_token: impl FnMut(u32) -> Control,
+) -> Result<Summary, Error> {
+    generate_observed(session, sampler, prompt, window, opts, &mut NoObserver, on_token)
+}
+
+/// [`generate`] with an observer: the same run, every forward pass and draw reported to `obs`
+/// (see [`crate::observe`]; the firmware's `trace` build prints per-layer digests this way).
+pub fn generate_observed<const K: usize, O: Observer>(
+    session: &mut Session<'_>,
+    sampler: &mut Sampler<K>,
+    prompt: &[u32],
+    window: &mut [u32],
+    opts: &GenerateOptions,
+    obs: &mut O,
+    on_token: impl FnMut(u32) -> Control,
 ) -> Result<Summary, Error> {
     let capacity = session.capacity();
-    let eos = session.model().config().eos_token_id;
     if window.len() < capacity {
         return Err(Error::BufferTooSmall { needed: capacity, available: window.len() });
     }
@@ -82,35 +107,115 @@ pub fn generate<const K: usize>(
         return Err(Error::ContextFull { used: 0, adding: prompt.len(), capacity });
     }
     session.reset();
-    session.prefill(prompt)?;
-    let mut len = prompt.len();
+    session.prefill_observed(prompt, obs)?;
+    let len = prompt.len();
     if let Some(w) = window.get_mut(..len) {
         w.copy_from_slice(prompt);
     }
+    let summary = Summary { generated: 0, reason: StopReason::MaxTokens, shifts: 0, reprefilled: 0 };
+    Ok(run(session, sampler, window, len, opts, summary, obs, on_token))
+}
+
+/// Continues the sequence already in `session`: appends `tokens` to the KV cache (prefilling
+/// only them) and generates as [`generate`] does. This is a chat turn: the conversation stays in
+/// the cache and each turn costs only its new text.
+///
+/// `window[..session.pos()]` must hold the tokens in the cache, as [`generate`] and this
+/// function leave it; on return it holds them again. A token passed to `on_token` last is not in
+/// the cache (it was drawn, not yet fed back); a caller that wants it in the conversation passes
+/// it at the head of the next call's `tokens`.
+///
+/// If `tokens` do not fit beside the cached ones: with `opts.context_shift` the cache keeps its
+/// most recent `min(cached, capacity / 2 - tokens.len())` tokens (see the [module docs](self))
+/// and re-prefills them before `tokens` (counted in [`Summary::shifts`] and
+/// [`Summary::reprefilled`]); without it the result is [`Error::ContextFull`]. More tokens than
+/// the whole context are [`Error::ContextFull`] either way, an id outside the vocabulary
+/// [`Error::InvalidToken`]; on these errors the cache is unchanged.
+pub fn generate_more<const K: usize>(
+    session: &mut Session<'_>,
+    sampler: &mut Sampler<K>,
+    tokens: &[u32],
+    window: &mut [u32],
+    opts: &GenerateOptions,
+    on_token: impl FnMut(u32) -> Control,
+) -> Result<Summary, Error> {
+    let capacity = session.capacity();
+    let used = session.pos();
+    if window.len() < capacity {
+        return Err(Error::BufferTooSmall { needed: capacity, available: window.len() });
+    }
+    if tokens.is_empty() {
+        return Err(Error::EmptyInput);
+    }
+    // every check before the cache changes
+    let vocab_size = session.model().config().vocab_size;
+    if let Some(&id) = tokens.iter().find(|&&id| id >= vocab_size) {
+        return Err(Error::InvalidToken { id, vocab_size });
+    }
+    let fits = tokens.len() <= capacity.saturating_sub(used);
+    if tokens.len() > capacity || (!fits && !opts.context_shift) {
+        return Err(Error::ContextFull { used, adding: tokens.len(), capacity });
+    }
     let mut summary = Summary { generated: 0, reason: StopReason::MaxTokens, shifts: 0, reprefilled: 0 };
+    let mut len = used;
+    if !fits {
+        // keep the most recent tokens: the kept ones and the new ones fill at most half
+        let keep = (capacity / 2).saturating_sub(tokens.len()).min(used);
+        window.copy_within(used - keep..used, 0);
+        session.reset();
+        if keep > 0 {
+            session.prefill(window.get(..keep).unwrap_or(&[]))?;
+        }
+        len = keep;
+        summary.shifts = 1;
+        summary.reprefilled = keep;
+    }
+    session.prefill(tokens)?;
+    if let Some(w) = window.get_mut(len..len + tokens.len()) {
+        w.copy_from_slice(tokens);
+    }
+    len += tokens.len();
+    Ok(run(session, sampler, window, len, opts, summary, &mut NoObserver, on_token))
+}
+
+/// The loop both entry points share: `session` holds `window[..len]` and the logits after its
+/// last token.
+#[allow(clippy::too_many_arguments)]
+fn run<const K: usize, O: Observer>(
+    session: &mut Session<'_>,
+    sampler: &mut Sampler<K>,
+    window: &mut [u32],
+    mut len: usize,
+    opts: &GenerateOptions,
+    mut summary: Summary,
+    obs: &mut O,
+    mut on_token: impl FnMut(u32) -> Control,
+) -> Summary {
+    let capacity = session.capacity();
+    let eos = session.model().config().eos_token_id;
     if opts.max_tokens == 0 {
-        return Ok(summary);
+        return summary;
     }
     loop {
         // sample the next token from the logits of the last one
         let recent = window.get(..len).unwrap_or(&[]);
         let drawn = match session.logits() {
-            Some(logits) => sampler.sample(logits, recent),
+            Some(logits) => sampler.sample_observed(logits, recent, obs),
             None => Err(Error::EmptyInput),
         };
         let token = match drawn {
             Ok(t) => t,
-            Err(e) => return Ok(Summary { reason: StopReason::Error(e), ..summary }),
+            Err(e) => return Summary { reason: StopReason::Error(e), ..summary },
         };
         if opts.stop_at_eos && token == eos {
-            return Ok(Summary { reason: StopReason::Eos, ..summary });
+            return Summary { reason: StopReason::Eos, ..summary };
         }
         summary.generated += 1;
         if on_token(token) == Control::Stop {
-            return Ok(Summary { reason: StopReason::Stopped, ..summary });
+            return Summary { reason: StopReason::Stopped, ..summary };
         }
         if summary.generated >= opts.max_tokens {
-            return Ok(Summary { reason: StopReason::MaxTokens, ..summary });
+            return Summary { reason: StopReason::MaxTokens, ..summary };
         }
         // feed the token back: append it, shifting the context first if it is full
         let step = if len < capacity {
@@ -118,7 +223,7 @@ pub fn generate<const K: usize>(
                 *slot = token;
             }
             len += 1;
-            session.decode(token).map(|_| ())
+            session.decode_observed(token, obs).map(|_| ())
         } else if opts.context_shift {
             let keep = capacity / 2;
             window.copy_within(len - keep..len, 0);
@@ -129,12 +234,12 @@ pub fn generate<const K: usize>(
             summary.shifts += 1;
             summary.reprefilled += len;
             session.reset();
-            session.prefill(window.get(..len).unwrap_or(&[])).map(|_| ())
+            session.prefill_observed(window.get(..len).unwrap_or(&[]), obs).map(|_| ())
         } else {
-            return Ok(Summary { reason: StopReason::ContextFull { capacity }, ..summary });
+            return Summary { reason: StopReason::ContextFull { capacity }, ..summary };
         };
         if let Err(e) = step {
-            return Ok(Summary { reason: StopReason::Error(e), ..summary });
+            return Summary { reason: StopReason::Error(e), ..summary };
         }
     }
 }

@@ -1,17 +1,99 @@
-//! The KV cache: keys and values of every position processed so far, for every layer, in a
+//! The KV cache: keys and values of the positions processed so far, for every layer, in a
 //! caller-provided buffer of fixed capacity, stored as f32, f16 or int8.
 //!
-//! Layout, in rows of C values: row `(layer·2 + kv)·capacity + pos`, kv 0 = key, 1 = value; head
-//! h is the D-wide slice `h·D..(h+1)·D` of a row. int8 rows carry one f32 scale per head
-//! (`(n_layer, 2, capacity, H)`, after all the values). Bytes: 2 · n_layer · capacity · C ·
-//! (4 | 2 | 1) plus, for int8, 2 · n_layer · capacity · H · 4. Prefill and decode append to the
-//! same cache; it never wraps: a full cache is reported as [`Error::ContextFull`] by the session
-//! before anything is written.
+//! Layer l holds `cap_l` positions: the context capacity for a global layer, `min(capacity, W)`
+//! for a local one (GPT-Neo's sliding window of W positions), which is then a ring: position p
+//! is stored in slot `p % cap_l`, so after storing position i its slots hold exactly the
+//! positions i − W < j ≤ i that position i attends to ([`KvLayout`]).
+//!
+//! Layout, in rows of C values: layer l's rows start at `rows_before(l)` = Σ_{k<l} 2·cap_k;
+//! its keys are the `cap_l` rows from there (one per slot), its values the `cap_l` after them;
+//! head h is the D-wide slice `h·D..(h+1)·D` of a row. int8 rows carry one f32 scale per head
+//! (row r's scales at `r·H..(r+1)·H`, after all the values). Bytes: Σ_l 2 · cap_l · C ·
+//! (4 | 2 | 1) plus, for int8, Σ_l 2 · cap_l · H · 4. Prefill and decode append to the same
+//! cache; the session reports a full context as [`Error::ContextFull`] before anything is
+//! written (the positions, and so `wpe`'s rows, run out at the capacity whatever the rings hold).
 
 use half::f16;
 
+use crate::config::{Config, LayerMask};
 use crate::error::Error;
 use crate::kernels::{axpy, dot_f16, dot_f32, quantize_group_q8};
+
+/// Where each layer's rows lie: per layer, `2 · cap_l` rows of C values (keys, then values),
+/// `cap_l` = `capacity` for a global layer and `local_capacity` = `min(capacity, W)` for a
+/// local one. A `const fn` of the config, so a board sizes its buffer at compile time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Layers.
+    pub n_layer: usize,
+    /// Positions of the context (what a global layer holds).
+    pub capacity: usize,
+    /// Positions a local layer holds: `min(capacity, W)`.
+    pub local_capacity: usize,
+    /// The local layers.
+    pub local: LayerMask,
+    /// C: values per row.
+    pub n_embd: usize,
+    /// H: int8 scales per row.
+    pub n_head: usize,
+}
+
+impl KvLayout {
+    /// The layout of `config`'s cache for `capacity` positions.
+    pub const fn new(config: &Config, capacity: usize) -> Self {
+        let w = config.attn_window as usize;
+        KvLayout {
+            n_layer: config.n_layer as usize,
+            capacity,
+            local_capacity: if w < capacity { w } else { capacity },
+            local: config.local_layers,
+            n_embd: config.n_embd as usize,
+            n_head: config.n_head as usize,
+        }
+    }
+
+    /// Every layer global (GPT-2): `2 · n_layer · capacity` rows.
+    pub const fn uniform(n_layer: usize, capacity: usize, n_embd: usize, n_head: usize) -> Self {
+        KvLayout { n_layer, capacity, local_capacity: capacity, local: LayerMask::NONE, n_embd, n_head }
+    }
+
+    /// Positions layer `l` holds (`cap_l`).
+    pub const fn layer_capacity(&self, l: usize) -> usize {
+        if self.local.contains(l) {
+            self.local_capacity
+        } else {
+            self.capacity
+        }
+    }
+
+    /// Rows of the layers before `l`: 2 · (globals · capacity + locals · local_capacity),
+    /// saturating (see [`KvCache::required_len`]).
+    pub const fn rows_before(&self, l: usize) -> usize {
+        let l = if l < self.n_layer { l } else { self.n_layer };
+        let locals = self.local.count_below(l);
+        let globals = l.saturating_sub(locals);
+        let positions = globals.saturating_mul(self.capacity).saturating_add(locals.saturating_mul(self.local_capacity));
+        positions.saturating_mul(2)
+    }
+
+    /// Rows of all layers.
+    pub const fn rows(&self) -> usize {
+        self.rows_before(self.n_layer)
+    }
+
+    /// Bytes layer `l`'s keys and values take as `dtype`: 2 · cap_l · C · (4 | 2 | 1), plus
+    /// 2 · cap_l · H · 4 for the int8 scales.
+    pub const fn layer_bytes(&self, dtype: KvDType, l: usize) -> usize {
+        let rows = self.layer_capacity(l).saturating_mul(2);
+        let values = rows.saturating_mul(self.n_embd);
+        match dtype {
+            KvDType::F32 => values.saturating_mul(4),
+            KvDType::F16 => values.saturating_mul(2),
+            KvDType::I8 => values.saturating_add(rows.saturating_mul(self.n_head).saturating_mul(4)),
+        }
+    }
+}
 
 /// Storage type of cached keys and values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,9 +118,9 @@ impl KvDType {
     }
 }
 
-/// One (layer, head)'s cached keys or values over positions `0..len`, as stored: position s is
-/// the `width` (= D) elements at `s · stride` of `data` (rows are `n_embd` wide; for the int8
-/// scales, width 1 and stride H). Made only by [`KvCache::head`], which keeps the invariant the
+/// One (layer, head)'s cached keys or values over slots `0..len`, as stored: slot s is the
+/// `width` (= D) elements at `s · stride` of `data` (rows are `n_embd` wide; for the int8
+/// scales, width 1 and stride H). Slot s holds position s until a local layer's ring wraps. Made only by [`KvCache::head`], which keeps the invariant the
 /// kernels rely on: every row lies inside `data`.
 #[derive(Debug, Clone, Copy)]
 pub struct HeadRows<'a, T> {
@@ -131,7 +213,7 @@ fn rows_range(n: usize, start: usize, stride: usize, width: usize, len: usize) -
     (end <= n).then_some(start..end)
 }
 
-/// Keys and values of one (layer, head) over positions `0..len` (see [`KvCache::head`]), as
+/// Keys and values of one (layer, head) over its filled slots (see [`KvCache::head`]), as
 /// stored; [`crate::kernels::attention`] reads them.
 #[derive(Debug, Clone, Copy)]
 pub enum KvHead<'a> {
@@ -185,42 +267,33 @@ impl KvHead<'_> {
 pub struct KvCache<'m> {
     data: &'m mut [f32], // raw storage, viewed as f32 / f16 / i8 + f32 scales
     dtype: KvDType,
-    n_layer: usize,
-    capacity: usize,
-    n_embd: usize,
-    n_head: usize,
-    len: usize, // positions filled
+    layout: KvLayout, // rows per layer (rings for local layers)
+    len: usize,       // positions processed
 }
 
 impl<'m> KvCache<'m> {
     /// f32 elements (4-byte slots) of storage needed.
-    pub const fn required_len(dtype: KvDType, n_layer: usize, capacity: usize, n_embd: usize, n_head: usize) -> usize {
+    pub const fn required_len(dtype: KvDType, layout: &KvLayout) -> usize {
         // Saturating: on 32-bit targets a valid config can ask for more than usize::MAX values
         // (1024 layers · n_ctx 65536 · n_embd 64 = 2^33), which wrapped to a small size (release)
         // or panicked (debug). No buffer holds usize::MAX, so `new` reports KvCacheTooSmall.
         // (Regression test: tests/tests/malformed_inputs.rs, kv_cache_size_saturates_...)
-        let rows = 2usize.saturating_mul(n_layer).saturating_mul(capacity);
-        let values = rows.saturating_mul(n_embd);
+        let rows = layout.rows();
+        let values = rows.saturating_mul(layout.n_embd);
         match dtype {
             KvDType::F32 => values,
             KvDType::F16 => values.div_ceil(2),
-            KvDType::I8 => values.div_ceil(4).saturating_add(rows.saturating_mul(n_head)),
+            KvDType::I8 => values.div_ceil(4).saturating_add(rows.saturating_mul(layout.n_head)),
         }
     }
 
     /// Wraps `data` (at least [`KvCache::required_len`] elements; extra is left unused).
-    pub fn new(
-        data: &'m mut [f32],
-        dtype: KvDType,
-        n_layer: usize,
-        capacity: usize,
-        n_embd: usize,
-        n_head: usize,
-    ) -> Result<Self, Error> {
-        let needed = Self::required_len(dtype, n_layer, capacity, n_embd, n_head);
+    pub fn new(data: &'m mut [f32], dtype: KvDType, layout: KvLayout) -> Result<Self, Error> {
+        let needed = Self::required_len(dtype, &layout);
         let available = data.len();
         let data = data.get_mut(..needed).ok_or(Error::KvCacheTooSmall { needed, available })?;
-        Ok(Self { data, dtype, n_layer, capacity, n_embd, n_head: n_head.max(1), len: 0 })
+        let layout = KvLayout { n_head: layout.n_head.max(1), ..layout };
+        Ok(Self { data, dtype, layout, len: 0 })
     }
 
     /// Storage dtype.
@@ -228,12 +301,17 @@ impl<'m> KvCache<'m> {
         self.dtype
     }
 
-    /// Positions that can be cached.
-    pub fn capacity(&self) -> usize {
-        self.capacity
+    /// Where each layer's rows are.
+    pub fn layout(&self) -> &KvLayout {
+        &self.layout
     }
 
-    /// Positions cached so far.
+    /// Positions that can be processed (a local layer keeps only its last W of them).
+    pub fn capacity(&self) -> usize {
+        self.layout.capacity
+    }
+
+    /// Positions processed so far.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -248,9 +326,9 @@ impl<'m> KvCache<'m> {
         self.len = 0;
     }
 
-    /// Marks positions `..len` as filled (called by the session after a batch is complete).
+    /// Marks positions `..len` as processed (called by the session after a batch is complete).
     pub(crate) fn set_len(&mut self, len: usize) {
-        self.len = len.min(self.capacity);
+        self.len = len.min(self.layout.capacity);
     }
 
     /// Bytes of the cache buffer in use.
@@ -259,30 +337,37 @@ impl<'m> KvCache<'m> {
     }
 
     fn head_dim(&self) -> usize {
-        self.n_embd / self.n_head
+        self.layout.n_embd / self.layout.n_head
     }
 
-    /// Row number of (layer, kv, pos), or None when out of range.
-    fn row(&self, layer: usize, kv: usize, pos: usize) -> Option<usize> {
-        (layer < self.n_layer && pos < self.capacity).then_some((layer * 2 + kv) * self.capacity + pos)
+    /// Row number of (layer, kv, slot), or None when out of range.
+    fn row(&self, layer: usize, kv: usize, slot: usize) -> Option<usize> {
+        let cap = self.layout.layer_capacity(layer);
+        (layer < self.layout.n_layer && slot < cap).then(|| self.layout.rows_before(layer) + kv * cap + slot)
     }
 
     /// Split of int8 storage: (values, scales).
     fn i8_parts(&self) -> (&[i8], &[f32]) {
-        let values = 2 * self.n_layer * self.capacity * self.n_embd;
+        let values = self.layout.rows() * self.layout.n_embd;
         let (v, s) = self.data.split_at(values.div_ceil(4).min(self.data.len()));
         (bytemuck::cast_slice::<f32, i8>(v), s)
     }
 
-    /// Keys and values of `head` in `layer` over positions `0..len` (clamped to the capacity;
-    /// no positions when `layer` or `head` is out of range): strided views of the storage, so
-    /// [`crate::kernels::attention`] walks the positions without a lookup per position.
-    pub fn head(&self, layer: usize, head: usize, len: usize) -> KvHead<'_> {
-        let (c, d, h, cap) = (self.n_embd, self.head_dim(), self.n_head, self.capacity);
+    /// Keys and values of `head` in `layer` for attending from position `end − 1`: its
+    /// `min(end, cap_l)` filled slots in slot order (no positions when `layer` or `head` is out
+    /// of range). Strided views of the storage, so [`crate::kernels::attention`] walks them
+    /// without a lookup per position. For a global layer slot s is position s; for a local one,
+    /// once `end > W`, the slots hold positions `end − W .. end` rotated by `end % W`: the order
+    /// is a function of `end` alone, so every batch size sums in the same order.
+    pub fn head(&self, layer: usize, head: usize, end: usize) -> KvHead<'_> {
+        let (c, d, h) = (self.layout.n_embd, self.head_dim(), self.layout.n_head);
         // out of range: no positions (and offsets of layer 0, head 0, which cannot overflow)
-        let (layer, head, len) = if layer < self.n_layer && head < h { (layer, head, len.min(cap)) } else { (0, 0, 0) };
-        // first row of (layer, kv): (layer·2 + kv)·capacity (in range when len > 0, as layer is)
-        let row0 = |kv: usize| (layer * 2 + kv) * cap;
+        let (layer, head, end) = if layer < self.layout.n_layer && head < h { (layer, head, end) } else { (0, 0, 0) };
+        let cap = self.layout.layer_capacity(layer);
+        let len = end.min(cap);
+        // first row of (layer, kv) (in range when len > 0, as layer is)
+        let first = self.layout.rows_before(layer);
+        let row0 = |kv: usize| first + kv * cap;
         let at = |kv: usize| row0(kv) * c + head * d;
         match self.dtype {
             KvDType::F32 => KvHead::F32 {
@@ -305,11 +390,16 @@ impl<'m> KvCache<'m> {
         }
     }
 
-    /// Stores the key and value rows (C each) of `layer` at `pos` (ignored if out of range).
+    /// Stores the key and value rows (C each) of `layer` at position `pos`, in slot
+    /// `pos % cap_l` (ignored if out of range).
     pub fn store(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
-        let (c, d, h) = (self.n_embd, self.head_dim(), self.n_head);
+        let (c, d, h) = (self.layout.n_embd, self.head_dim(), self.layout.n_head);
+        if pos >= self.layout.capacity {
+            return;
+        }
+        let Some(slot) = pos.checked_rem(self.layout.layer_capacity(layer)) else { return };
         for (kv, src) in [(0, key), (1, value)] {
-            let Some(row) = self.row(layer, kv, pos) else { return };
+            let Some(row) = self.row(layer, kv, slot) else { return };
             let r = row * c..(row + 1) * c;
             match self.dtype {
                 KvDType::F32 => {
@@ -324,7 +414,7 @@ impl<'m> KvCache<'m> {
                     }
                 }
                 KvDType::I8 => {
-                    let values = 2 * self.n_layer * self.capacity * c;
+                    let values = self.layout.rows() * c;
                     let (v, s) = self.data.split_at_mut(values.div_ceil(4).min(self.data.len()));
                     let v: &mut [i8] = bytemuck::cast_slice_mut(v);
                     let (Some(dst), Some(scales)) = (v.get_mut(r), s.get_mut(row * h..(row + 1) * h)) else { return };
@@ -336,13 +426,13 @@ impl<'m> KvCache<'m> {
         }
     }
 
-    /// `q · key[layer, pos, head]` (q is D wide); 0 when out of range. One position at a time:
+    /// `q · key[layer, slot, head]` (q is D wide); 0 when out of range. One slot at a time:
     /// with [`KvCache::add_value`], the naive reference for [`crate::kernels::attention`]
     /// (which reads [`KvCache::head`] and must give the same bits).
     #[inline]
-    pub fn score(&self, layer: usize, pos: usize, head: usize, q: &[f32]) -> f32 {
-        let (c, d) = (self.n_embd, self.head_dim());
-        let Some(row) = self.row(layer, 0, pos) else { return 0.0 };
+    pub fn score(&self, layer: usize, slot: usize, head: usize, q: &[f32]) -> f32 {
+        let (c, d) = (self.layout.n_embd, self.head_dim());
+        let Some(row) = self.row(layer, 0, slot) else { return 0.0 };
         let r = row * c + head * d..row * c + (head + 1) * d;
         match self.dtype {
             KvDType::F32 => dot_f32(q, self.data.get(r).unwrap_or(&[])),
@@ -351,16 +441,16 @@ impl<'m> KvCache<'m> {
                 let (v, s) = self.i8_parts();
                 let k = v.get(r).unwrap_or(&[]);
                 let dot: f32 = q.iter().zip(k).map(|(&a, &b)| a * b as f32).sum();
-                dot * s.get(row * self.n_head + head).copied().unwrap_or(0.0)
+                dot * s.get(row * self.layout.n_head + head).copied().unwrap_or(0.0)
             }
         }
     }
 
-    /// `out += p · value[layer, pos, head]` (out is D wide); see [`KvCache::score`].
+    /// `out += p · value[layer, slot, head]` (out is D wide); see [`KvCache::score`].
     #[inline]
-    pub fn add_value(&self, layer: usize, pos: usize, head: usize, p: f32, out: &mut [f32]) {
-        let (c, d) = (self.n_embd, self.head_dim());
-        let Some(row) = self.row(layer, 1, pos) else { return };
+    pub fn add_value(&self, layer: usize, slot: usize, head: usize, p: f32, out: &mut [f32]) {
+        let (c, d) = (self.layout.n_embd, self.head_dim());
+        let Some(row) = self.row(layer, 1, slot) else { return };
         let r = row * c + head * d..row * c + (head + 1) * d;
         match self.dtype {
             KvDType::F32 => axpy(out, p, self.data.get(r).unwrap_or(&[])),
@@ -370,7 +460,7 @@ impl<'m> KvCache<'m> {
             }
             KvDType::I8 => {
                 let (v, s) = self.i8_parts();
-                let ps = p * s.get(row * self.n_head + head).copied().unwrap_or(0.0);
+                let ps = p * s.get(row * self.layout.n_head + head).copied().unwrap_or(0.0);
                 out.iter_mut().zip(v.get(r).unwrap_or(&[])).for_each(|(o, &v)| *o += ps * v as f32);
             }
         }
@@ -379,17 +469,18 @@ impl<'m> KvCache<'m> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
     use crate::kernels::attention_ref;
 
     #[test]
     fn too_small_buffer_is_reported_with_numbers() {
         let mut buf = [0.0f32; 35];
-        let err = KvCache::new(&mut buf, KvDType::F32, 1, 6, 3, 1).err();
+        let err = KvCache::new(&mut buf, KvDType::F32, KvLayout::uniform(1, 6, 3, 1)).err();
         assert_eq!(err, Some(Error::KvCacheTooSmall { needed: 36, available: 35 }));
         // int8: 36 values -> 9 slots, plus 12 scales
-        assert_eq!(KvCache::required_len(KvDType::I8, 1, 6, 3, 1), 9 + 12);
-        assert_eq!(KvCache::required_len(KvDType::F16, 1, 6, 3, 1), 18);
+        assert_eq!(KvCache::required_len(KvDType::I8, &KvLayout::uniform(1, 6, 3, 1)), 9 + 12);
+        assert_eq!(KvCache::required_len(KvDType::F16, &KvLayout::uniform(1, 6, 3, 1)), 18);
     }
 
     /// The tutorial: decoding the third token from a cache that holds the first two gives the
@@ -399,7 +490,7 @@ mod tests {
         let h: [[f32; 3]; 3] = [[0.2, 1.0, 0.1], [0.9, 0.1, 0.4], [0.6, 0.4, 0.9]];
         for dtype in [KvDType::F32, KvDType::F16, KvDType::I8] {
             let mut buf = [0.0f32; 40];
-            let mut cache = KvCache::new(&mut buf, dtype, 1, 3, 3, 1).unwrap();
+            let mut cache = KvCache::new(&mut buf, dtype, KvLayout::uniform(1, 3, 3, 1)).unwrap();
             // "prefill" the first two tokens (W_K = W_V = I)
             cache.store(0, 0, &h[0], &h[0]);
             cache.store(0, 1, &h[1], &h[1]);
@@ -415,6 +506,57 @@ mod tests {
             // to 0.01, as the tutorial states (it mixes with weights rounded to two places)
             for (got, want) in z.iter().zip([0.59, 0.47, 0.52]) {
                 assert!((got - want).abs() < 0.01, "{dtype:?}: z {got} vs {want}");
+            }
+        }
+    }
+
+    /// A local layer is a ring of W slots: after storing position p, its slots hold exactly
+    /// positions p − W < j ≤ p (slot j % W), while a global layer beside it keeps every position;
+    /// the layers' rows do not overlap, for every dtype, and the sizes are the per-layer sums.
+    #[test]
+    fn local_layers_are_rings_of_their_window() {
+        use crate::config::LayerMask;
+        let (cap, w, c, h) = (10usize, 4usize, 4usize, 2usize);
+        // layers 0 and 2 global, 1 local
+        let layout = KvLayout { n_layer: 3, capacity: cap, local_capacity: w, local: LayerMask::NONE.with(1), n_embd: c, n_head: h };
+        assert_eq!((layout.layer_capacity(0), layout.layer_capacity(1), layout.layer_capacity(2)), (cap, w, cap));
+        assert_eq!((layout.rows_before(1), layout.rows_before(2), layout.rows()), (2 * cap, 2 * cap + 2 * w, 4 * cap + 2 * w));
+        for dtype in [KvDType::F32, KvDType::F16, KvDType::I8] {
+            let per_layer: usize = (0..3).map(|l| layout.layer_bytes(dtype, l)).sum();
+            let total = 4 * KvCache::required_len(dtype, &layout);
+            assert!(total >= per_layer && total < per_layer + 4, "{dtype:?}: {total} vs {per_layer}");
+            let mut buf = std::vec![0.0f32; KvCache::required_len(dtype, &layout)];
+            let mut cache = KvCache::new(&mut buf, dtype, layout).unwrap();
+            // key of (layer l, position p): every element l·16 + p (exact in f16 and int8)
+            let row = |l: usize, p: usize, kv: usize| std::vec![(l * 16 + p) as f32 + kv as f32 * 0.5; c];
+            for p in 0..cap {
+                for l in 0..3 {
+                    cache.store(l, p, &row(l, p, 0), &row(l, p, 1));
+                }
+                for l in 0..3 {
+                    let held = layout.layer_capacity(l).min(p + 1);
+                    let KvHead::F32 { keys, values } = cache.head(l, 1, p + 1) else {
+                        // f16 / int8: decoded through the reference accessors
+                        for s in 0..held {
+                            let pos = if p + 1 > held { (p + 1 - held..=p).find(|j| j % held == s).unwrap() } else { s };
+                            let one = [1.0f32, 1.0];
+                            let want = (l * 16 + pos) as f32 * 2.0;
+                            let got = cache.score(l, s, 1, &one);
+                            assert!((got - want).abs() <= want * 0.01, "{dtype:?} layer {l} after {p}: slot {s} holds {got}, want {want}");
+                        }
+                        assert_eq!(cache.head(l, 0, p + 1).len(), held);
+                        continue;
+                    };
+                    assert_eq!(keys.len(), held);
+                    // slot order: position j sits in slot j % cap_l, and the slots hold p - held < j <= p
+                    let mut positions: std::vec::Vec<usize> = keys.rows().map(|k| k[0] as usize - l * 16).collect();
+                    for (s, &j) in positions.iter().enumerate() {
+                        assert_eq!(j % layout.layer_capacity(l), s, "{dtype:?} layer {l} after {p}");
+                    }
+                    positions.sort();
+                    assert_eq!(positions, (p + 1 - held..=p).collect::<std::vec::Vec<_>>(), "layer {l} after {p}");
+                    assert!(values.rows().zip(keys.rows()).all(|(v, k)| v[0] == k[0] + 0.5));
+                }
             }
         }
     }

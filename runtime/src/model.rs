@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use crate::blob::{self, DType, Header, Preamble, Provenance, Role, Section, TensorTable, LAYER_ROLES};
+use crate::blob::{self, DType, Header, Preamble, Provenance, Role, Section, SourceVocab, TensorTable, LAYER_ROLES};
 use crate::config::Config;
 use crate::error::Error;
 use crate::tokenizer::Tokenizer;
@@ -94,7 +94,7 @@ pub struct LayerWeights<'a> {
     pub ln_1_bias: &'a [f32],
     /// `attn.c_attn.weight` (3C, C): rows 0..C give q, C..2C k, 2C..3C v.
     pub attn_c_attn: Matrix<'a>,
-    /// `attn.c_attn.bias` (3C)
+    /// `attn.c_attn.bias` (3C); empty when the config has no q/k/v biases (GPT-Neo)
     pub attn_c_attn_bias: &'a [f32],
     /// `attn.c_proj.weight` (C, C)
     pub attn_c_proj: Matrix<'a>,
@@ -128,6 +128,7 @@ pub struct Model<'a> {
     layer0: [TensorRef; 12],   // layer 0's tensors in LAYER_ROLES order
     layer_stride: usize,       // bytes between layer l and layer l+1 tensors
     tokenizer: Option<Tokenizer<'a>>,
+    source_vocab: Option<(u32, &'a [u32])>, // (source vocab_size, source id of each token (V))
     data_start: usize,
 }
 
@@ -166,9 +167,20 @@ impl<'a> Model<'a> {
         let data_start = blob::align_up((blob::PREAMBLE_LEN + pre.header_len as usize) as u64) as usize;
 
         let (c, v, n_ctx, inner) = (config.n_embd(), config.vocab_size(), config.n_ctx(), config.n_inner());
-        let has_lm_head = header.n_tensors as usize == 5 + 12 * config.n_layer();
-        let expected_tensors = 4 + usize::from(has_lm_head) + 12 * config.n_layer();
+        // the per-layer tensors this config has (no attn.c_attn.bias without q/k/v biases)
+        let in_layer = |r: &Role| config.qkv_bias || *r != Role::AttnCAttnBias;
+        let per_layer = LAYER_ROLES.iter().filter(|r| in_layer(r)).count();
+        let has_lm_head = header.n_tensors as usize == 5 + per_layer * config.n_layer();
+        let expected_tensors = 4 + usize::from(has_lm_head) + per_layer * config.n_layer();
         if header.n_tensors as usize != expected_tensors {
+            // The config and the table disagree about q/k/v biases: name that tensor.
+            let mut table = TensorTable::new(table_bytes, header.n_tensors);
+            let bias = table.find_map(|e| e.ok().filter(|e| e.role == Role::AttnCAttnBias));
+            match (config.qkv_bias, bias) {
+                (false, Some(e)) => return Err(Error::UnexpectedTensor { role: e.role, layer: e.layer }),
+                (true, None) => return Err(Error::MissingTensor { role: Role::AttnCAttnBias, layer: 0 }),
+                _ => {}
+            }
             // Report the first tensor the count says is missing (or extra).
             return Err(if (header.n_tensors as usize) < expected_tensors {
                 Error::MissingTensor { role: Role::Ln1Weight, layer: config.n_layer - 1 }
@@ -189,6 +201,7 @@ impl<'a> Model<'a> {
             layer0: [NO_TENSOR; 12],
             layer_stride: 0,
             tokenizer: None,
+            source_vocab: None,
             data_start,
         };
 
@@ -202,7 +215,7 @@ impl<'a> Model<'a> {
         let expected_order = globals
             .iter()
             .map(|&r| (r, 0u32))
-            .chain((0..config.n_layer).flat_map(|l| LAYER_ROLES.iter().map(move |&r| (r, l))));
+            .chain((0..config.n_layer).flat_map(|l| LAYER_ROLES.iter().filter(|r| in_layer(r)).map(move |&r| (r, l))));
 
         let mut prev_end = data_start;
         let mut table = TensorTable::new(table_bytes, header.n_tensors);
@@ -212,7 +225,8 @@ impl<'a> Model<'a> {
                 None => return Err(Error::MissingTensor { role: want_role, layer: want_layer }),
             };
             if entry.role != want_role || entry.layer != want_layer {
-                return Err(if entry.role.is_layer() && entry.layer >= config.n_layer {
+                let foreign = entry.role.is_layer() && (entry.layer >= config.n_layer || !in_layer(&entry.role));
+                return Err(if foreign {
                     Error::UnexpectedTensor { role: entry.role, layer: entry.layer }
                 } else {
                     Error::MissingTensor { role: want_role, layer: want_layer }
@@ -313,6 +327,9 @@ impl<'a> Model<'a> {
             }
             model.tokenizer = Some(tok);
         }
+        if let Some(src) = header.source_vocab {
+            model.source_vocab = Some((src.vocab_size, source_ids(blob, data_start, &config, src)?));
+        }
         Ok(model)
     }
 
@@ -329,6 +346,35 @@ impl<'a> Model<'a> {
     /// The tokenizer packed in the blob, if any.
     pub fn tokenizer(&self) -> Option<&Tokenizer<'a>> {
         self.tokenizer.as_ref()
+    }
+
+    /// Tokens of the vocabulary the model was trained with (`vocab_size` unless the blob's
+    /// vocabulary was pruned).
+    pub fn source_vocab_size(&self) -> u32 {
+        self.source_vocab.map_or(self.config.vocab_size, |(n, _)| n)
+    }
+
+    /// Whether the blob's vocabulary is a pruned subset of the source one.
+    pub fn is_pruned(&self) -> bool {
+        self.source_vocab.is_some()
+    }
+
+    /// The source-vocabulary id of token `id` (itself without pruning); None when `id` is not
+    /// a token of this model.
+    pub fn source_id(&self, id: u32) -> Option<u32> {
+        match self.source_vocab {
+            Some((_, ids)) => ids.get(id as usize).copied(),
+            None => (id < self.config.vocab_size).then_some(id),
+        }
+    }
+
+    /// This model's id of source-vocabulary token `src` (binary search); None when pruning
+    /// dropped it or it is outside the source vocabulary.
+    pub fn id_from_source(&self, src: u32) -> Option<u32> {
+        match self.source_vocab {
+            Some((_, ids)) => ids.binary_search(&src).ok().map(|i| i as u32),
+            None => (src < self.config.vocab_size).then_some(src),
+        }
     }
 
     /// Bytes of tensor data (everything after the header), a proxy for flash use.
@@ -428,4 +474,31 @@ impl<'a> Model<'a> {
     pub fn weight_dtype(&self) -> DType {
         self.layer0.get(2).map_or(DType::F32, |t| t.dtype)
     }
+}
+
+/// Validates a source-vocabulary section: inside the data, one u32 per token, strictly
+/// increasing, each below the source vocabulary's size.
+fn source_ids<'a>(blob: &'a [u8], data_start: usize, config: &Config, src: SourceVocab) -> Result<&'a [u32], Error> {
+    let Section { offset, len } = src.ids;
+    let vocab_size = config.vocab_size;
+    let bad = Error::BadSourceVocab { offset, len, vocab_size };
+    let end = offset.checked_add(len).ok_or(bad)?;
+    if offset % blob::DATA_ALIGN as u64 != 0 || offset < data_start as u64 || end > blob.len() as u64 || len != 4 * vocab_size as u64 {
+        return Err(bad);
+    }
+    let bytes = blob.get(offset as usize..end as usize).ok_or(bad)?;
+    // 64-byte aligned offset in a 16-byte aligned blob: the cast cannot fail
+    let ids: &[u32] = bytemuck::try_cast_slice(bytes).map_err(|_| bad)?;
+    let mut previous: Option<u32> = None;
+    for (index, &id) in ids.iter().enumerate() {
+        let index = index as u32;
+        if id >= src.vocab_size {
+            return Err(Error::SourceIdOutOfRange { index, id, source_vocab_size: src.vocab_size });
+        }
+        if let Some(previous) = previous.filter(|&p| id <= p) {
+            return Err(Error::SourceIdOutOfOrder { index, id, previous });
+        }
+        previous = Some(id);
+    }
+    Ok(ids)
 }

@@ -77,6 +77,7 @@
 use core::cmp::Ordering;
 
 use crate::error::{Error, SamplerParam};
+use crate::observe::Observer;
 
 /// A cumulative mass `c` reaches `top_p` when `c >= top_p * TOP_P_SLACK * total` (see the
 /// module docs: absorbs f32 rounding at masses equal to `top_p` in exact arithmetic).
@@ -297,6 +298,30 @@ impl<const K: usize> Sampler<K> {
         self.draw(logits, kept, u).ok_or(BAD_LOGITS)
     }
 
+    /// [`Sampler::sample`], reporting the draw (the kept tokens and their weights, the random
+    /// number, the token) to `obs` before returning it (nothing on error). The same steps as
+    /// `sample` (which stays its own function, so that a board's code does not move); with
+    /// [`NoObserver`] it is `sample`.
+    pub fn sample_observed<O: Observer>(&mut self, logits: &mut [f32], recent: &[u32], obs: &mut O) -> Result<u32, Error> {
+        if !O::ENABLED {
+            return self.sample(logits, recent);
+        }
+        if logits.is_empty() || u32::try_from(logits.len()).is_err() {
+            return Err(BAD_LOGITS);
+        }
+        apply_repetition_penalty(logits, recent, self.cfg.repetition_penalty)?;
+        if self.cfg.is_greedy() {
+            let token = argmax(logits).ok_or(BAD_LOGITS)?;
+            obs.draw(&Draw { token, u: None, weights: &[], kept: None, cand: &[] });
+            return Ok(token);
+        }
+        let kept = self.select(logits)?;
+        let u = self.rng.next_f32();
+        let token = self.draw(logits, kept, u).ok_or(BAD_LOGITS)?;
+        obs.draw(&Draw { token, u: Some(u), weights: logits, kept: Some(kept), cand: self.cand.as_flattened() });
+        Ok(token)
+    }
+
     /// Applies temperature, top-k and top-p: returns the kept set (and may turn `logits` into
     /// weights).
     fn select(&mut self, logits: &mut [f32]) -> Result<Kept, Error> {
@@ -494,6 +519,62 @@ impl<const K: usize> Sampler<K> {
         } else {
             walk_array(top, target - kept.above).or_else(vocab)
         }
+    }
+}
+
+// ---- what a draw saw (for observers) ------------------------------------------------------------
+
+/// One draw as the sampler made it (see [`Sampler::sample_observed`]): the tokens it kept after
+/// the repetition penalty, temperature, top-k and top-p, their weights, the random number and
+/// the token it chose.
+#[derive(Debug, Clone, Copy)]
+pub struct Draw<'a> {
+    token: u32,
+    u: Option<f32>,
+    /// The overwritten logits: the weights of the kept vocabulary part.
+    weights: &'a [f32],
+    /// None: greedy.
+    kept: Option<Kept>,
+    cand: &'a [Candidate],
+}
+
+impl<'a> Draw<'a> {
+    /// The token drawn.
+    pub fn token(&self) -> u32 {
+        self.token
+    }
+
+    /// The uniform random number in `[0, 1)` (None for greedy decoding, which draws none).
+    pub fn u(&self) -> Option<f32> {
+        self.u
+    }
+
+    /// The sum of the kept weights (as the draw summed them); a kept token's probability is
+    /// its weight divided by this. 1 for greedy decoding.
+    pub fn total(&self) -> f32 {
+        self.kept.map_or(1.0, |k| k.above + k.below)
+    }
+
+    /// Where the draw lands: `u · total`; the chosen token is the first kept one (in the order
+    /// of [`Draw::kept`]) whose running weight sum exceeds it.
+    pub fn target(&self) -> Option<f32> {
+        self.u.map(|u| u * self.total())
+    }
+
+    /// `(token, weight)` of every kept token of non-zero weight, in the order the draw walks
+    /// them (the vocabulary part by id, then the candidate array, most likely first), where
+    /// the weight is `exp((l - max) / T)` of the penalised logit l. Greedy decoding keeps the
+    /// argmax alone, with weight 1.
+    pub fn kept(&self) -> impl Iterator<Item = (u32, f32)> + 'a {
+        let (weights, tau, cand) = match self.kept {
+            Some(k) if k.tau.is_some() => (self.weights, k.tau, self.cand.get(..k.len).unwrap_or(&[])),
+            Some(k) => (&[][..], None, self.cand.get(..k.len).unwrap_or(&[])),
+            None => (&[][..], None, &[][..]),
+        };
+        let tau = tau.unwrap_or(f32::INFINITY);
+        let greedy = self.kept.is_none().then_some((self.token, 1.0));
+        let vocab = weights.iter().enumerate().filter(move |&(_, &w)| w >= tau && w > 0.0).map(|(i, &w)| (i as u32, w));
+        greedy.into_iter().chain(vocab).chain(cand.iter().filter(|c| c.key > 0.0).map(|c| (c.id, c.key)))
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! arena (f32): x [B, C] | xn [B, C] | work [B, max(3C, I)] | xq [B, Q] | scores [capacity] | logits [V]
-//! kv         : (n_layer, 2, capacity, C) as f32, f16 or int8 (+ scales)   B = tokens per batch
+//! kv         : per layer (2, cap_l, C) as f32, f16 or int8 (+ scales)     B = tokens per batch
+//!              cap_l = capacity (global layer) or min(capacity, W) (local layer: a ring)
 //! Q = f32 slots to hold one quantized activation row of max(C, I) for q8/q4 weights
 //!     (`kernels::quant_scratch_len`: int8 values and group scales, or the Cortex-M DSP row
 //!     kernels' int16 layout)
@@ -14,8 +15,9 @@
 use crate::config::Config;
 use crate::error::Error;
 use crate::kernels;
-use crate::kv_cache::{KvCache, KvDType};
+use crate::kv_cache::{KvCache, KvDType, KvLayout};
 use crate::model::{Model, MIN_GROUP};
+use crate::observe::{self, NoObserver, Observer, Stage};
 
 /// Buffer sizes (in f32 elements) for a session of a given context capacity and batch size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,13 +68,7 @@ impl SessionSizes {
             // saturating: a config that passes validation can still overflow a 32-bit usize
             // here; a saturated size then fails `Session::new` as ArenaTooSmall
             arena_len: batch.saturating_mul(Self::per_token(config)).saturating_add(capacity).saturating_add(config.vocab_size as usize),
-            kv_len: KvCache::required_len(
-                kv_dtype,
-                config.n_layer as usize,
-                capacity,
-                config.n_embd as usize,
-                config.n_head as usize,
-            ),
+            kv_len: KvCache::required_len(kv_dtype, &KvLayout::new(config, capacity)),
             kv_dtype,
         }
     }
@@ -82,7 +78,8 @@ impl SessionSizes {
         self.arena_len.saturating_mul(4)
     }
 
-    /// Bytes of the KV cache: 2 · n_layer · capacity · n_embd · (4 | 2 | 1) (+ int8 scales).
+    /// Bytes of the KV cache: Σ_l 2 · cap_l · n_embd · (4 | 2 | 1) (+ int8 scales), cap_l =
+    /// capacity for a global layer, min(capacity, W) for a local one.
     pub const fn kv_bytes(&self) -> usize {
         self.kv_len.saturating_mul(4)
     }
@@ -131,7 +128,7 @@ impl<'a> Session<'a> {
             return Err(Error::ArenaTooSmall { needed: one.arena_len, available: arena.len() });
         }
         let batch = ((arena.len() - one.arena_len) / SessionSizes::per_token(cfg) + 1).min(capacity);
-        let cache = KvCache::new(kv, kv_dtype, cfg.n_layer(), capacity, cfg.n_embd(), cfg.n_head())?;
+        let cache = KvCache::new(kv, kv_dtype, KvLayout::new(cfg, capacity))?;
         Ok(Self { model, arena, cache, batch, has_logits: false, par: None })
     }
 
@@ -214,8 +211,30 @@ impl<'a> Session<'a> {
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<&mut [f32], Error> {
         self.check(tokens)?;
         let n = tokens.len();
-        self.run(tokens, |i| i + 1 == n, |_, _| {});
+        self.run(tokens, |i| i + 1 == n, |_, _| {}, &mut NoObserver);
         self.logits().ok_or(Error::EmptyInput)
+    }
+
+    /// [`Session::prefill`] with an observer: the same pass, reporting every stage of every
+    /// token to `obs` (see [`crate::observe`]), with the head (`ln_final`, `logits`) run for
+    /// every token rather than the last only. With [`NoObserver`] it is `prefill` (the same
+    /// function, so a board's code holds one copy of the pass). Returns the logits of the last
+    /// token; on error nothing is changed or reported.
+    pub fn prefill_observed<O: Observer>(&mut self, tokens: &[u32], obs: &mut O) -> Result<&mut [f32], Error> {
+        if !O::ENABLED {
+            return self.prefill(tokens);
+        }
+        self.check(tokens)?;
+        self.run(tokens, |_| true, |_, _| {}, obs);
+        self.logits().ok_or(Error::EmptyInput)
+    }
+
+    /// [`Session::decode`] with an observer (see [`Session::prefill_observed`]).
+    pub fn decode_observed<O: Observer>(&mut self, token: u32, obs: &mut O) -> Result<&mut [f32], Error> {
+        if !O::ENABLED {
+            return self.decode(token);
+        }
+        self.prefill_observed(&[token], obs)
     }
 
     /// Processes `tokens` and calls `each(i, logits)` with the logits after every token i
@@ -229,7 +248,7 @@ impl<'a> Session<'a> {
     /// head is the largest matrix of a small-vocabulary model's pass.
     pub fn prefill_where(&mut self, tokens: &[u32], wants: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) -> Result<(), Error> {
         self.check(tokens)?;
-        self.run(tokens, wants, |i, l| each(i, l));
+        self.run(tokens, wants, |i, l| each(i, l), &mut NoObserver);
         Ok(())
     }
 
@@ -239,25 +258,26 @@ impl<'a> Session<'a> {
     }
 
     /// The forward pass over `tokens` (already checked), batch by batch.
-    fn run(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) {
+    fn run<O: Observer>(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32]), obs: &mut O) {
         let mut done = 0;
         for chunk in tokens.chunks(self.batch.max(1)) {
             let first = done;
-            self.forward_batch(chunk, |i| wants_logits(first + i), |i, l| each(first + i, l));
+            self.forward_batch(chunk, |i| wants_logits(first + i), |i, l| each(first + i, l), obs);
             done += chunk.len();
         }
     }
 
-    /// GPT-2 forward pass for one batch of T tokens at positions pos..pos+T.
-    fn forward_batch(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) {
+    /// GPT-2 / GPT-Neo forward pass for one batch of T tokens at positions pos..pos+T. `obs`
+    /// sees every stage (`observe::*` calls: nothing at all for [`NoObserver`]).
+    fn forward_batch<O: Observer>(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32]), obs: &mut O) {
         let model = self.model;
-        let cfg = *model.config();
+        let cfg = model.config();
         let (c, t_len) = (cfg.n_embd(), tokens.len());
         let (n_head, d) = (cfg.n_head(), cfg.head_dim());
         let p0 = self.cache.len();
         let par = self.par;
-        let per_work = SessionSizes::work_len(&cfg);
-        let per_q = SessionSizes::per_token(&cfg) - 2 * c - per_work;
+        let per_work = SessionSizes::work_len(cfg);
+        let per_q = SessionSizes::per_token(cfg) - 2 * c - per_work;
 
         let (x, rest) = take(self.arena, self.batch * c); //        residual stream (T, C)
         let (xn, rest) = take(rest, self.batch * c); //             normed / attention out (T, C)
@@ -272,42 +292,51 @@ impl<'a> Session<'a> {
         let (wte, wpe) = (model.wte(), model.wpe());
         for (t, (&tok, xt)) in tokens.iter().zip(x.chunks_exact_mut(c)).enumerate() {
             kernels::embedding_row(xt, &wte, tok as usize, false);
+            obs.row(Stage::Embed, 0, p0 + t, xt);
             kernels::embedding_row(xt, &wpe, p0 + t, true);
         }
+        observe::pos_embed(obs, xn, &wpe, p0, c);
 
         for l in 0..cfg.n_layer() {
             let w = model.layer(l);
+            observe::rows(obs, Stage::ResidPre, l, p0, x, c);
             // ln_1
             kernels::layer_norm(xn, x, w.ln_1_weight, w.ln_1_bias, cfg.layer_norm_epsilon);
-            // attn.c_attn: qkv = xn · W_attnᵀ + b   (T, 3C), split as q | k | v
+            observe::rows(obs, Stage::Ln1, l, p0, xn, c);
+            // attn.c_attn (GPT-Neo: q_proj | k_proj | v_proj, no bias): qkv = xn · W_attnᵀ + b   (T, 3C)
             let qkv = work.get_mut(..t_len * 3 * c).unwrap_or(&mut []);
             kernels::linear_par(par, qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false, xq);
-            // append this batch's k and v to the cache (layer l)
-            for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
+            observe::qkv(obs, l, p0, qkv, c);
+            // causal attention softmax(q·kᵀ·scale) · v per head, heads concatenated, token by token:
+            // store its k, v (a local layer's ring keeps the last W), attend to what the cache holds
+            let scale = cfg.attn_scale(l);
+            let ring = self.cache.layout().layer_capacity(l);
+            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
                 let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
                 self.cache.store(l, p0 + t, k, v);
-            }
-            // causal multi-head attention: softmax(q·kᵀ / √D) · v per head, heads concatenated
-            let mut scale = if cfg.scale_attn_weights { 1.0 / libm::sqrtf(d as f32) } else { 1.0 };
-            if cfg.scale_attn_by_inverse_layer_idx {
-                scale /= (l + 1) as f32;
-            }
-            // (token t at position p0 + t sees positions 0..=p0 + t)
-            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
                 for (h, (q, out_h)) in row.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(n_head).enumerate() {
+                    observe::attention(obs, (l, p0 + t, h), q, (&self.cache, p0 + t + 1, ring), scale, scores);
                     kernels::attention(out_h, q, &self.cache.head(l, h, p0 + t + 1), scale, scores);
                 }
             }
-            // attn.c_proj, then the residual: x += attn · W_projᵀ + b
+            observe::rows(obs, Stage::Z, l, p0, xn, c);
+            // attn.c_proj (GPT-Neo: out_proj), then the residual: x += attn · W_projᵀ + b
+            observe::product(obs, (Stage::AttnOut, l, p0), par, work, xn, &w.attn_c_proj, w.attn_c_proj_bias, xq);
             kernels::linear_par(par, x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true, xq);
+            observe::rows(obs, Stage::ResidMid, l, p0, x, c);
             // ln_2
             kernels::layer_norm(xn, x, w.ln_2_weight, w.ln_2_bias, cfg.layer_norm_epsilon);
+            observe::rows(obs, Stage::Ln2, l, p0, xn, c);
             // mlp.c_fc and the activation (GELU): h = act(xn · W_fcᵀ + b)   (T, I)
             let hidden = work.get_mut(..t_len * cfg.n_inner()).unwrap_or(&mut []);
             kernels::linear_par(par, hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false, xq);
+            observe::rows(obs, Stage::MlpPre, l, p0, hidden, cfg.n_inner());
             kernels::activate(hidden, cfg.activation);
+            observe::rows(obs, Stage::MlpPost, l, p0, hidden, cfg.n_inner());
             // mlp.c_proj, then the residual: x += h · W_projᵀ + b
+            observe::product(obs, (Stage::MlpOut, l, p0), par, xn, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, xq);
             kernels::linear_par(par, x, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, true, xq);
+            observe::rows(obs, Stage::ResidPost, l, p0, x, c);
         }
         self.cache.set_len(p0 + t_len);
 
@@ -319,7 +348,9 @@ impl<'a> Session<'a> {
                 continue;
             }
             kernels::layer_norm(xnt, xt, ln_f_w, ln_f_b, cfg.layer_norm_epsilon);
+            obs.row(Stage::LnFinal, 0, p0 + t, xnt);
             kernels::linear_par(par, logits, xnt, &head, &[], false, xq);
+            obs.row(Stage::Logits, 0, p0 + t, logits);
             each(t, logits);
             self.has_logits = true;
         }

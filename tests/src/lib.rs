@@ -46,8 +46,13 @@ pub fn fixture_dir(case: &str) -> PathBuf {
     dir
 }
 
-/// The fixture cases made by `tests/make_fixtures.py`.
-pub const CASES: [&str; 6] = ["tiny", "odd", "fp16", "bf16", "hub_layout", "untied"];
+/// The fixture cases made by `tests/make_fixtures.py`: GPT-2, then GPT-Neo (local layers with
+/// windows much shorter than the sequence).
+pub const CASES: [&str; 9] =
+    ["tiny", "odd", "fp16", "bf16", "hub_layout", "untied", "neo_alternating", "neo_local_fp16", "neo_hub_layout"];
+
+/// The GPT-Neo cases of [`CASES`].
+pub const NEO_CASES: [&str; 3] = ["neo_alternating", "neo_local_fp16", "neo_hub_layout"];
 
 /// Parsed `reference.json`.
 pub fn reference(dir: &Path) -> Value {

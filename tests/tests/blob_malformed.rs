@@ -40,8 +40,10 @@ fn empty_and_wrong_magic() {
 #[test]
 fn future_version() {
     let mut b = tiny_blob();
-    b[8..12].copy_from_slice(&2u32.to_le_bytes());
-    assert_eq!(load(&b), Err(Error::UnsupportedVersion { found: 2, supported: 1 }));
+    for version in [0u32, 3, 0xFFFF_FFFF] {
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        assert_eq!(load(&b), Err(Error::UnsupportedVersion { found: version, supported: 2 }));
+    }
 }
 
 #[test]

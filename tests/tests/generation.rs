@@ -1,9 +1,11 @@
 //! The generation loop: stops at EOS, at max tokens, on request, at a full context; with
-//! context shift it runs ten times past the context in the same fixed buffers.
+//! context shift it runs ten times past the context in the same fixed buffers. `generate_more`
+//! (a chat turn) continues the cached sequence exactly as a fresh run over the whole sequence
+//! would, and shifts the context by its stated policy when the new tokens do not fit.
 
 use host_tools::convert::WeightDType;
 use reference_tests::*;
-use runtime::generate::{generate, Control, GenerateOptions, StopReason};
+use runtime::generate::{generate, generate_more, Control, GenerateOptions, StopReason};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::{Session, SessionSizes};
 
@@ -146,4 +148,133 @@ fn bad_prompts_are_errors_before_anything_runs() {
     let zero = GenerateOptions { max_tokens: 0, ..opts };
     let summary = generate(&mut s, &mut sampler, &[1], &mut window, &zero, &mut never).unwrap();
     assert_eq!(summary.generated, 0);
+}
+
+/// Runs `generate` from scratch over `prompt` and returns the tokens it draws.
+fn fresh(model: &runtime::Model<'_>, capacity: usize, prompt: &[u32], opts: GenerateOptions) -> Vec<u32> {
+    let sizes = SessionSizes::new(model.config(), capacity, 4);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(model, &mut arena, &mut kv, capacity).unwrap();
+    let mut sampler = Sampler::<32>::new(sampled()).unwrap();
+    let mut window = vec![0u32; capacity];
+    let mut got = Vec::new();
+    generate(&mut s, &mut sampler, prompt, &mut window, &opts, |t| {
+        got.push(t);
+        Control::Continue
+    })
+    .unwrap();
+    got
+}
+
+#[test]
+fn generate_more_continues_the_cached_sequence_like_a_fresh_run() {
+    let blob = convert_dir(&fixture_dir("tiny"), WeightDType::F32);
+    let model = blob.model().unwrap();
+    let capacity = 32;
+    let sizes = SessionSizes::new(model.config(), capacity, 1);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, capacity).unwrap();
+    let mut window = vec![0u32; capacity];
+    let opts = GenerateOptions { max_tokens: 5, stop_at_eos: false, context_shift: true };
+
+    // turn 1: [1, 2, 3] and five tokens; the fifth is drawn but not fed back
+    let mut sampler = Sampler::<32>::new(sampled()).unwrap();
+    let mut first = Vec::new();
+    generate(&mut s, &mut sampler, &[1, 2, 3], &mut window, &opts, |t| {
+        first.push(t);
+        Control::Continue
+    })
+    .unwrap();
+    assert_eq!(s.pos(), 3 + 4);
+    // turn 2: the fifth token and new text, with a fresh sampler on the same seed
+    let new = [first[4], 9, 10, 11];
+    let mut sampler = Sampler::<32>::new(sampled()).unwrap();
+    let mut second = Vec::new();
+    let summary = generate_more(&mut s, &mut sampler, &new, &mut window, &opts, |t| {
+        second.push(t);
+        Control::Continue
+    })
+    .unwrap();
+    assert_eq!((summary.generated, summary.shifts, summary.reprefilled), (5, 0, 0));
+    // only the new tokens were added to the cache, and the window holds the whole sequence
+    let mut sequence = vec![1, 2, 3];
+    sequence.extend_from_slice(&first);
+    sequence.extend_from_slice(&new[1..]);
+    assert_eq!(s.pos(), sequence.len() + 4);
+    assert_eq!(&window[..sequence.len()], &sequence[..]);
+    assert_eq!(&window[sequence.len()..s.pos()], &second[..4]);
+    // the same draws as a fresh run over the whole sequence (bit-identical cache contents)
+    assert_eq!(second, fresh(&model, capacity, &sequence, opts));
+}
+
+#[test]
+fn generate_more_shifts_by_its_policy_when_the_new_tokens_do_not_fit() {
+    let blob = convert_dir(&fixture_dir("tiny"), WeightDType::F32);
+    let model = blob.model().unwrap();
+    let capacity = 16;
+    let sizes = SessionSizes::new(model.config(), capacity, 1);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, capacity).unwrap();
+    let mut window = vec![0u32; capacity];
+    let opts = GenerateOptions { max_tokens: 3, stop_at_eos: false, context_shift: true };
+    let prompt: Vec<u32> = (1..=12).collect();
+    let mut sampler = Sampler::<32>::new(sampled()).unwrap();
+    generate(&mut s, &mut sampler, &prompt, &mut window, &opts, |_| Control::Continue).unwrap();
+    assert_eq!(s.pos(), 14);
+    let cached = window[..14].to_vec();
+
+    // 5 new tokens do not fit beside 14: keep min(14, 16 / 2 - 5) = 3 of the most recent
+    let new = [20, 21, 22, 23, 24];
+    let mut sampler = Sampler::<32>::new(sampled()).unwrap();
+    let mut got = Vec::new();
+    let summary = generate_more(&mut s, &mut sampler, &new, &mut window, &opts, |t| {
+        got.push(t);
+        Control::Continue
+    })
+    .unwrap();
+    assert_eq!((summary.shifts, summary.reprefilled, summary.generated), (1, 3, 3));
+    let mut kept = cached[11..].to_vec();
+    kept.extend_from_slice(&new);
+    assert_eq!(&window[..8], &kept[..]);
+    assert_eq!(s.pos(), 8 + 2);
+    assert_eq!(got, fresh(&model, capacity, &kept, opts));
+
+    // 9 new tokens alone fill more than half: nothing is kept
+    let new: Vec<u32> = (30..39).collect();
+    let mut sampler = Sampler::<32>::new(sampled()).unwrap();
+    let summary = generate_more(&mut s, &mut sampler, &new, &mut window, &opts, |_| Control::Continue).unwrap();
+    assert_eq!((summary.shifts, summary.reprefilled), (1, 0));
+    assert_eq!(&window[..9], &new[..]);
+}
+
+#[test]
+fn generate_more_refuses_what_cannot_run_and_leaves_the_cache_alone() {
+    let blob = convert_dir(&fixture_dir("tiny"), WeightDType::F32);
+    let model = blob.model().unwrap();
+    let sizes = SessionSizes::new(model.config(), 8, 1);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, 8).unwrap();
+    let mut window = vec![0u32; 8];
+    let mut sampler = Sampler::<8>::new(SamplerConfig::greedy()).unwrap();
+    let opts = GenerateOptions { max_tokens: 2, stop_at_eos: false, context_shift: true };
+    generate(&mut s, &mut sampler, &[1, 2, 3], &mut window, &opts, |_| Control::Continue).unwrap();
+    let (pos, cached) = (s.pos(), window[..4].to_vec());
+    let mut never = |_| -> Control { panic!("no token may be emitted") };
+    use runtime::Error;
+    assert_eq!(generate_more(&mut s, &mut sampler, &[], &mut window, &opts, &mut never).unwrap_err(), Error::EmptyInput);
+    assert_eq!(
+        generate_more(&mut s, &mut sampler, &[1; 9], &mut window, &opts, &mut never).unwrap_err(),
+        Error::ContextFull { used: 4, adding: 9, capacity: 8 }
+    );
+    assert_eq!(
+        generate_more(&mut s, &mut sampler, &[5, 64], &mut window, &opts, &mut never).unwrap_err(),
+        Error::InvalidToken { id: 64, vocab_size: 64 }
+    );
+    let no_shift = GenerateOptions { context_shift: false, ..opts };
+    assert_eq!(
+        generate_more(&mut s, &mut sampler, &[1; 5], &mut window, &no_shift, &mut never).unwrap_err(),
+        Error::ContextFull { used: 4, adding: 5, capacity: 8 }
+    );
+    assert_eq!(generate_more(&mut s, &mut sampler, &[1], &mut window[..7], &opts, &mut never).unwrap_err(), Error::BufferTooSmall { needed: 8, available: 7 });
+    assert_eq!((s.pos(), &window[..4]), (pos, &cached[..]));
 }

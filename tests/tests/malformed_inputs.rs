@@ -17,11 +17,13 @@ use host_tools::blob_file::BlobFile;
 use host_tools::blob_writer::{f16_bytes, f32_bytes, write_blob, BlobContents, TensorData};
 use host_tools::convert::quantize_matrix;
 use host_tools::tokenizer_pack::{bytes_to_unicode, pack};
-use runtime::blob::{self, DType, Header, Preamble, Provenance, Role, Section, TensorEntry, TensorTable, LAYER_ROLES};
+use runtime::blob::{self, DType, Header, Preamble, Provenance, Role, Section, SourceVocab, TensorEntry, TensorTable, LAYER_ROLES};
 use runtime::error::{ConfigField, SamplerParam};
 use runtime::generate::{generate, Control, GenerateOptions, StopReason, Summary};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::tokenizer::Tokenizer;
+use runtime::config::{Arch, LayerMask};
+use runtime::kv_cache::KvLayout;
 use runtime::{Activation, Config, Error, KvDType, Model, Session, SessionSizes};
 
 // ---- a small model, written by the real writer -------------------------------------------------
@@ -43,6 +45,10 @@ fn config() -> Config {
         scale_attn_by_inverse_layer_idx: false,
         bos_token_id: 259,
         eos_token_id: 259,
+        arch: Arch::Gpt2,
+        qkv_bias: true,
+        attn_window: 0,
+        local_layers: LayerMask::NONE,
     }
 }
 
@@ -97,15 +103,30 @@ fn with_shape(role: Role, layer: u32, shape: [u32; 2], dtype: DType, salt: usize
     TensorData { role, layer, dtype, shape, bytes }
 }
 
-/// Every tensor of `cfg` in the canonical order, matrices in `dtype`.
+/// Every tensor of `cfg` in the canonical order, matrices in `dtype` (no `attn.c_attn.bias`
+/// when the config has no q/k/v biases).
 fn tensors(cfg: &Config, dtype: DType) -> Vec<TensorData> {
     let globals = [Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias].map(|r| tensor(cfg, r, 0, dtype));
-    let layers = (0..cfg.n_layer).flat_map(|l| LAYER_ROLES.map(|r| tensor(cfg, r, l, dtype)));
+    let roles = LAYER_ROLES.into_iter().filter(|&r| cfg.qkv_bias || r != Role::AttnCAttnBias);
+    let layers = (0..cfg.n_layer).flat_map(|l| roles.clone().map(move |r| tensor(cfg, r, l, dtype)));
     globals.into_iter().chain(layers).collect()
 }
 
+/// The same model as GPT-Neo data: no q/k/v biases, unscaled scores, layer 1 local with a
+/// window of 3 (shorter than n_ctx 8).
+fn neo_config() -> Config {
+    Config {
+        arch: Arch::GptNeo,
+        qkv_bias: false,
+        scale_attn_weights: false,
+        attn_window: 3,
+        local_layers: LayerMask::NONE.with(1),
+        ..config()
+    }
+}
+
 fn contents(cfg: Config, tensors: Vec<TensorData>, tokenizer: Option<Vec<u8>>) -> BlobContents<'static> {
-    BlobContents { config: cfg, provenance: PROVENANCE, tensors, tokenizer }
+    BlobContents { config: cfg, provenance: PROVENANCE, tensors, tokenizer, source_vocab: None }
 }
 
 /// The valid model: f32, with the tokenizer.
@@ -183,6 +204,16 @@ impl Enc {
         self.0.extend_from_slice(&[c.scale_attn_weights as u8, c.scale_attn_by_inverse_layer_idx as u8]);
         self.varint(c.bos_token_id.into());
         self.varint(c.eos_token_id.into());
+        // format v2: arch, qkv_bias, attn_window, local_layers ([u64; 16], no length)
+        self.varint(match c.arch {
+            Arch::Gpt2 => 0,
+            Arch::GptNeo => 1,
+        });
+        self.0.push(c.qkv_bias as u8);
+        self.varint(c.attn_window.into());
+        for w in c.local_layers.0 {
+            self.varint(w);
+        }
     }
     fn section(&mut self, s: &Section) {
         self.varint(s.offset);
@@ -198,6 +229,14 @@ impl Enc {
             Some(s) => {
                 self.0.push(1);
                 self.section(s);
+            }
+        }
+        match &h.source_vocab {
+            None => self.0.push(0),
+            Some(s) => {
+                self.0.push(1);
+                self.varint(s.vocab_size.into());
+                self.section(&s.ids);
             }
         }
         self.varint(h.n_tensors.into());
@@ -252,7 +291,7 @@ impl Raw {
         let (h, table) = blob::parse_header(bytes, &pre).expect("header");
         let entries: Vec<TensorEntry> = TensorTable::new(table, h.n_tensors).map(|e| e.expect("entry")).collect();
         let data_start = blob::align_up((blob::PREAMBLE_LEN + pre.header_len as usize) as u64);
-        let header = Header { config: h.config, provenance: PROVENANCE, tokenizer: h.tokenizer, n_tensors: h.n_tensors };
+        let header = Header { provenance: PROVENANCE, ..h };
         Raw { header, entries, data: bytes[data_start as usize..].to_vec(), data_start, header_len: None }
     }
 
@@ -659,6 +698,163 @@ fn truncation_at_every_section_boundary() {
     check_table(rows);
 }
 
+// ---- format v2: GPT-Neo's config data and the source vocabulary --------------------------------
+
+#[test]
+fn gpt_neo_config_and_tensors_disagreeing() {
+    let neo = neo_config();
+    let with = |f: fn(&mut Config)| {
+        let mut c = neo_config();
+        f(&mut c);
+        c
+    };
+    let neo_blob = |c: Config, t: Vec<TensorData>| write_blob(&contents(c, t, None)).unwrap();
+    assert_eq!(load(&neo_blob(neo, tensors(&neo, DType::F32))), Ok(Ok(())));
+    let gpt2_tensors = tensors(&config(), DType::F32);
+    let rows: Vec<(&str, Vec<u8>, Error)> = vec![
+        (
+            "a local layer 2 of 2",
+            neo_blob(with(|c| c.local_layers = c.local_layers.with(2)), tensors(&neo, DType::F32)),
+            Error::BadConfig { what: ConfigField::LocalLayers, value: 2 },
+        ),
+        (
+            "local layer 1023 of 2",
+            neo_blob(with(|c| c.local_layers = LayerMask::NONE.with(1023)), tensors(&neo, DType::F32)),
+            Error::BadConfig { what: ConfigField::LocalLayers, value: 1023 },
+        ),
+        (
+            "a local layer with window 0",
+            neo_blob(with(|c| c.attn_window = 0), tensors(&neo, DType::F32)),
+            Error::BadConfig { what: ConfigField::AttnWindow, value: 0 },
+        ),
+        (
+            "no q/k/v biases in the config, attn.c_attn.bias in the table",
+            neo_blob(neo, gpt2_tensors.iter().map(|t| TensorData { bytes: t.bytes.clone(), ..*t }).collect()),
+            Error::UnexpectedTensor { role: Role::AttnCAttnBias, layer: 0 },
+        ),
+        (
+            "q/k/v biases in the config, no attn.c_attn.bias in the table",
+            neo_blob(Config { qkv_bias: true, ..neo }, tensors(&neo, DType::F32)),
+            Error::MissingTensor { role: Role::AttnCAttnBias, layer: 0 },
+        ),
+        (
+            "no q/k/v biases, but layer 1's attn.c_attn.bias in place of its c_proj bias",
+            neo_blob(neo, {
+                let mut t = tensors(&neo, DType::F32);
+                *find(&mut t, Role::AttnCProjBias, 1) = tensor(&config(), Role::AttnCAttnBias, 1, DType::F32);
+                t
+            }),
+            Error::UnexpectedTensor { role: Role::AttnCAttnBias, layer: 1 },
+        ),
+    ];
+    check_table(rows.into_iter().map(|(n, b, e)| (n.to_string(), b, e)).collect());
+}
+
+/// 260 source ids in a source vocabulary of 50257: the 256 bytes, then four higher ids.
+fn source_ids() -> Vec<u32> {
+    (0..256).chain([300, 301, 5000, 50256]).collect()
+}
+
+#[test]
+fn source_vocabulary_written_read_and_validated() {
+    let cfg = config();
+    let with_ids = |n: u32, ids: Vec<u32>| {
+        let mut c = contents(cfg, tensors(&cfg, DType::F32), Some(tokenizer_section()));
+        c.source_vocab = Some((n, ids));
+        write_blob(&c).unwrap()
+    };
+    // written and read back
+    let b = with_ids(50257, source_ids());
+    let file = BlobFile::from_bytes(&b);
+    let model = file.model().unwrap();
+    assert!(model.is_pruned());
+    assert_eq!(model.source_vocab_size(), 50257);
+    for (id, &src) in source_ids().iter().enumerate() {
+        assert_eq!(model.source_id(id as u32), Some(src));
+        assert_eq!(model.id_from_source(src), Some(id as u32));
+    }
+    assert_eq!((model.source_id(260), model.id_from_source(299), model.id_from_source(50257)), (None, None, None));
+    // without one: every id is its own source id
+    let plain = BlobFile::from_bytes(&valid_blob());
+    let plain = plain.model().unwrap();
+    assert!(!plain.is_pruned());
+    assert_eq!((plain.source_vocab_size(), plain.source_id(259), plain.id_from_source(259)), (260, Some(259), Some(259)));
+    assert_eq!((plain.source_id(260), plain.id_from_source(260)), (None, None));
+
+    let section = |bytes: &[u8]| Raw::parse(bytes).header.source_vocab.unwrap().ids;
+    let mut ids = source_ids();
+    ids.pop();
+    let short = with_ids(50257, ids);
+    let s = section(&short);
+    let mut rows: Vec<(String, Vec<u8>, Error)> = vec![
+        ("259 ids for 260 tokens".into(), short.clone(), Error::BadSourceVocab { offset: s.offset, len: 1036, vocab_size: 260 }),
+        (
+            "id 50256 in a source vocabulary of 50256".into(),
+            with_ids(50256, source_ids()),
+            Error::SourceIdOutOfRange { index: 259, id: 50256, source_vocab_size: 50256 },
+        ),
+        (
+            "ids 300, 300".into(),
+            with_ids(50257, (0..256).chain([300, 300, 5000, 50256]).collect()),
+            Error::SourceIdOutOfOrder { index: 257, id: 300, previous: 300 },
+        ),
+        (
+            "ids 5000, 301".into(),
+            with_ids(50257, (0..256).chain([300, 5000, 301, 50256]).collect()),
+            Error::SourceIdOutOfOrder { index: 258, id: 301, previous: 5000 },
+        ),
+        (
+            "source vocabulary smaller than the model's".into(),
+            with_ids(100, source_ids()),
+            Error::SourceIdOutOfRange { index: 100, id: 100, source_vocab_size: 100 },
+        ),
+    ];
+    let good = with_ids(50257, source_ids());
+    let s = section(&good);
+    for (name, edit) in [
+        ("offset not aligned", SourceVocab { vocab_size: 50257, ids: Section { offset: s.offset + 4, len: s.len } }),
+        ("offset in the header", SourceVocab { vocab_size: 50257, ids: Section { offset: 0, len: s.len } }),
+        ("past the end", SourceVocab { vocab_size: 50257, ids: Section { offset: s.offset + 64, len: s.len } }),
+        ("length overflows", SourceVocab { vocab_size: 50257, ids: Section { offset: s.offset, len: u64::MAX } }),
+    ] {
+        let mut r = Raw::parse(&good);
+        r.header.source_vocab = Some(edit);
+        rows.push((name.into(), r.bytes(), Error::BadSourceVocab { offset: edit.ids.offset, len: edit.ids.len, vocab_size: 260 }));
+    }
+    check_table(rows);
+}
+
+/// A GPT-Neo model's session: the KV cache is the per-layer sum (layer 1 a ring of 3
+/// positions), one element short fails with the numbers, and exactly the size runs to a full
+/// context, for every KV dtype.
+#[test]
+fn gpt_neo_sessions_are_sized_by_the_rings() {
+    let neo = neo_config();
+    let file = BlobFile::from_bytes(&write_blob(&contents(neo, tensors(&neo, DType::F32), None)).unwrap());
+    let model = file.model().unwrap();
+    for (kv_dtype, per_value, scales) in [(KvDType::F32, 4, 0), (KvDType::F16, 2, 0), (KvDType::I8, 1, 4 * 2)] {
+        for capacity in [1, 3, 8] {
+            let s = SessionSizes::with_kv(&neo, capacity, 1, kv_dtype);
+            // layer 0 global: capacity positions; layer 1 local: min(capacity, 3)
+            let positions = capacity + capacity.min(3);
+            let want = 2 * positions * (8 * per_value + scales);
+            assert_eq!(s.kv_bytes(), want.div_ceil(4) * 4, "{kv_dtype:?}, capacity {capacity}");
+            let layout = KvLayout::new(&neo, capacity);
+            assert_eq!((0..2).map(|l| layout.layer_bytes(kv_dtype, l)).sum::<usize>(), want);
+            let (mut arena, mut kv) = (vec![0.0; s.arena_len], vec![0.0; s.kv_len - 1]);
+            let err = Session::with_kv_dtype(&model, &mut arena, &mut kv, capacity, kv_dtype).err();
+            assert_eq!(err, Some(Error::KvCacheTooSmall { needed: s.kv_len, available: s.kv_len - 1 }));
+            let mut kv = vec![0.0; s.kv_len];
+            let mut sess = Session::with_kv_dtype(&model, &mut arena, &mut kv, capacity, kv_dtype).unwrap();
+            assert_eq!(sess.memory_bytes().1, s.kv_bytes());
+            for t in 0..capacity as u32 {
+                assert!(sess.decode(t).unwrap().iter().all(|l| l.is_finite()));
+            }
+            assert_eq!(sess.decode(0).err(), Some(Error::ContextFull { used: capacity, adding: 1, capacity }));
+        }
+    }
+}
+
 // ---- session, generation, sampler --------------------------------------------------------------
 
 /// The valid model, loaded (the blob outlives the model).
@@ -913,6 +1109,10 @@ fn every_error_displays_its_numbers() {
         Error::ContextFull { used: 5, adding: 4, capacity: 8 },
         Error::InvalidToken { id: 260, vocab_size: 260 },
         Error::BufferTooSmall { needed: 27, available: 3 },
+        Error::UnsupportedVersion { found: 3, supported: 2 },
+        Error::BadSourceVocab { offset: 8128, len: 1036, vocab_size: 260 },
+        Error::SourceIdOutOfOrder { index: 258, id: 301, previous: 5000 },
+        Error::SourceIdOutOfRange { index: 259, id: 50256, source_vocab_size: 50256 },
     ];
     for e in errors {
         let text = e.to_string();
@@ -938,14 +1138,14 @@ fn kv_cache_size_saturates_instead_of_overflowing() {
     use runtime::KvCache;
     let cfg = Config { n_layer: 1024, n_embd: 65536, n_head: 1, n_ctx: 65536, ..config() };
     // representable sizes are exact
-    assert_eq!(KvCache::required_len(KvDType::F32, 1024, 65536, 65536, 1), 1 << 43);
+    assert_eq!(KvCache::required_len(KvDType::F32, &KvLayout::uniform(1024, 65536, 65536, 1)), 1 << 43);
     assert_eq!(SessionSizes::with_kv(&cfg, 65536, 1, KvDType::I8).kv_len, (1 << 41) + (1 << 27));
     let huge = usize::MAX / 1024;
     for (kv_dtype, want) in [(KvDType::F32, usize::MAX), (KvDType::F16, usize::MAX.div_ceil(2)), (KvDType::I8, usize::MAX)] {
         let result = catch_unwind(|| SessionSizes::with_kv(&cfg, huge, 1, kv_dtype).kv_len);
         assert_eq!(result.ok(), Some(want), "{kv_dtype:?}: SessionSizes::with_kv overflowed");
         let mut buf = [0.0f32; 64];
-        let result = catch_unwind(AssertUnwindSafe(|| KvCache::new(&mut buf, kv_dtype, 1024, huge, 65536, 1).err()));
+        let result = catch_unwind(AssertUnwindSafe(|| KvCache::new(&mut buf, kv_dtype, KvLayout::uniform(1024, huge, 65536, 1)).err()));
         assert_eq!(result.ok(), Some(Some(Error::KvCacheTooSmall { needed: want, available: 64 })), "{kv_dtype:?}");
     }
 }

@@ -11,10 +11,12 @@
 //! stderr: board, model, memory, prompt ids, the equivalent `host` arguments, then counts
 //! (instructions under QEMU, cycles on hardware) for load, encode, prefill and decode per token,
 //! stop reason and stack high-water mark; on hardware also milliseconds and tokens per second.
+//! With feature `trace`, also one `digest: pos P layer L resid_post crc32 XXXXXXXX` line per
+//! layer per token processed, during generation (what `host trace --digest` prints).
 
 use core::fmt::Write;
 
-use runtime::generate::{generate, Control, GenerateOptions, StopReason};
+use runtime::generate::{generate_observed, Control, GenerateOptions, StopReason};
 use runtime::sampler::Sampler;
 use runtime::tokenizer::Utf8Stream;
 use runtime::{Error, Model, Session};
@@ -128,12 +130,19 @@ fn generate_and_report<P: Platform>(
     let t = now();
     let model = Model::from_blob(blob)?;
     let load_ticks = now() - t;
-    let cfg = *model.config();
+    let cfg = model.config();
     let tok = model.tokenizer();
+    let _ = write!(err, "model: ");
+    if cfg.arch != runtime::config::Arch::Gpt2 {
+        let _ = write!(err, "{}, ", cfg.arch.name());
+    }
+    let _ = write!(err, "{} layers", cfg.n_layer);
+    if !cfg.local_layers.is_empty() {
+        let _ = write!(err, " ({} local, window {})", cfg.local_layers.count(), cfg.attn_window);
+    }
     let _ = writeln!(
         err,
-        "model: {} layers, n_embd {}, n_head {}, vocab {}, n_ctx {}, {} weights, tokenizer: {}",
-        cfg.n_layer,
+        ", n_embd {}, n_head {}, vocab {}, n_ctx {}, {} weights, tokenizer: {}",
         cfg.n_embd,
         cfg.n_head,
         cfg.vocab_size,
@@ -191,7 +200,15 @@ fn generate_and_report<P: Platform>(
     let (mut prefill_ticks, mut decode_ticks, mut decode_min, mut decode_max) = (0u64, 0u64, u64::MAX, 0u64);
     let t_start = now();
     let mut t_prev = t_start;
-    let summary = generate(&mut session, &mut sampler, prompt, window, &opts, |id| {
+    // The `trace` build: the same run, with one digest line per layer per token on stderr
+    // (`host trace --digest` prints the same lines; boards/qemu-digest.sh compares them).
+    #[cfg(not(feature = "trace"))]
+    let mut observer = runtime::observe::NoObserver;
+    #[cfg(feature = "trace")]
+    let mut observer = runtime::observe::Digests(|pos, layer, crc| {
+        let _ = runtime::observe::write_digest_line(err, pos, layer, crc);
+    });
+    let summary = generate_observed(&mut session, &mut sampler, prompt, window, &opts, &mut observer, |id| {
         let t_in = now();
         let ticks = t_in - t_prev;
         if n_generated == 0 {

@@ -6,8 +6,9 @@
 //! 2. Validates it completely with the runtime itself (`Model::from_blob`: structure, shapes,
 //!    CRC-32), so a bad blob fails the build rather than the board.
 //! 3. Sizes the static buffers from its config: `SessionSizes::new(&config, capacity, 1)` with
-//!    `capacity = min(CTX_MAX, n_ctx)`, and checks them and the blob against the board's memory.x
-//!    regions; a model that does not fit fails the build with the byte counts.
+//!    `capacity = min(CTX_MAX, n_ctx)` (a GPT-Neo local layer's KV cache is a ring of
+//!    `min(capacity, window)` positions), and checks them and the blob against the board's
+//!    memory.x regions; a model that does not fit fails the build with the byte counts.
 //! 4. Writes `$OUT_DIR/consts.rs` (`BLOB_LEN`, `CAPACITY`, `ARENA_LEN`, `KV_LEN`), sets
 //!    `MODEL_BLOB_PATH` for `include_bytes!`, and puts memory.x on the linker's search path.
 
@@ -167,14 +168,23 @@ pub fn configure(board: &str, layout: &Layout) {
     let window_bytes = 4 * capacity as u64;
     let needed = arena_bytes + kv_bytes + window_bytes + layout.buffer_reserve as u64;
     if needed > buffer_region.length {
+        // the local layers hold rings of min(capacity, window) positions
+        let locals = cfg.local_layers.count();
+        let positions = match locals {
+            0 => format!("{} layers x {capacity} ctx", cfg.n_layer),
+            n => format!(
+                "({} global layers x {capacity} ctx + {n} local x {})",
+                cfg.n_layer as usize - n,
+                cfg.layer_capacity(cfg.local_layers.last().unwrap_or(0), capacity)
+            ),
+        };
         fail(&format!(
-            "{board}: the model does not fit in RAM: arena {} + KV cache {} ({} KV, 2 x {} layers x {capacity} ctx x {} embd) \
+            "{board}: the model does not fit in RAM: arena {} + KV cache {} ({} KV, 2 x {positions} x {} embd) \
              + token window {} + {} reserved for stack and statics = {} > {} region {}.\n  \
              Use a smaller model or lower settings::CTX_MAX.",
             kib(arena_bytes),
             kib(kv_bytes),
             settings::kv_dtype_arg(),
-            cfg.n_layer,
             cfg.n_embd,
             kib(window_bytes),
             kib(layout.buffer_reserve as u64),

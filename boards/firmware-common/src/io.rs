@@ -50,4 +50,9 @@ pub trait Platform {
     fn on_systick() {}
     /// Ends the program with status 0 (`success`) or 1, as the runner reports it.
     fn exit(success: bool) -> !;
+    /// Ends the console firmware (`/quit`, the end of the input). By default [`Platform::exit`];
+    /// a board that may run without a debugger attached restarts instead (see `rtt::Probe`).
+    fn quit(success: bool) -> ! {
+        Self::exit(success)
+    }
 }

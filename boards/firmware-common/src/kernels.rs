@@ -12,14 +12,20 @@
 //! - starts at every offset modulo 4 (the aligned fast paths and the portable fallback) and
 //!   inputs of different lengths (processed up to the shorter, as the portable code does).
 //!
-//! `linear` on q8 and q4 weights runs whole rows in assembly on these builds (the group dots,
-//! their float combination and the lane tree; `runtime/src/kernels/arm.rs`), with other group
-//! sizes and shapes falling back to the portable row loop and the kernels above.
-//! [`linear_check`] runs `linear` on random shapes (groups the row kernels take and groups they
-//! leave to the fallback, 1 to 40 groups a row so rows of more than 16 groups too, 1 to 3
-//! tokens, with and without bias and accumulation, misaligned weights) and requires its output
-//! bit for bit equal to a naive
-//! reference: the activations quantized with the runtime's `quantize_group_q8`, then per row
+//! The activations' int8 quantizer (`quantize_group_q8`, in integer steps on these builds) is
+//! checked too, against [`quantize_naive`]: ties, ±127, NaN, infinities, denormals, huge
+//! values ([`quant_value`]).
+//!
+//! `linear` on q8 and q4 weights runs in assembly on these builds: rows of 4 to 16 groups
+//! of 28 or 32 in the quad kernels (`runtime/src/kernels/arm/quads.rs`), the other shapes
+//! whole rows at a time (the group dots, their float combination and the lane tree;
+//! `runtime/src/kernels/arm.rs`), with other group sizes and shapes falling back to the
+//! portable row loop and the kernels above. [`linear_check`] runs `linear` first on every row
+//! length the quad kernels take (4 to 16 groups of 28 and of 32, q8 and q4: 1 to 4 quads and
+//! tails of 0 to 3 groups), then on random shapes (groups the row kernels take and groups they leave to
+//! the fallback, 1 to 40 groups a row so rows of more than 16 groups too, 1 to 3 tokens, with
+//! and without bias and accumulation, misaligned weights) and requires its output bit for bit
+//! equal to a naive reference: the activations quantized by [`quantize_naive`], then per row
 //! `dot_q8_ref`, or for q4 [`dot_q4_naive`]'s group sums through `combine_groups` (the float
 //! order every build follows).
 //!
@@ -53,9 +59,10 @@ const BUF: usize = 784;
 /// The first case where a kernel and its reference differ.
 #[derive(Debug, Clone, Copy)]
 pub struct Mismatch {
-    /// `dot_i8` or `dot_q4_group`.
+    /// `dot_i8`, `dot_q4_group` or `quantize_group_q8`.
     pub kernel: &'static str,
-    /// Lengths of the two inputs.
+    /// Lengths of the two inputs (`quantize_group_q8`: of the group, and the index of the
+    /// first differing value, the length when the scales differ).
     pub lens: (usize, usize),
     /// Byte offsets of the two inputs from a 4-byte boundary.
     pub offsets: (usize, usize),
@@ -171,6 +178,123 @@ pub fn self_check() -> Result<usize, Mismatch> {
             }
         }
     }
+    cases += quantize_check()?;
+    Ok(cases)
+}
+
+/// Values for [`quantize_check`]'s pattern `p`, element `i` of a group of `n`, `r` random: the
+/// quantizer's corners. With the group maximum 127·2^e the scale is 2^e and every value is
+/// quantized exactly, so halves are exact ties (p 1, 2); a maximum of 127 makes integers and
+/// halves of ±127, ±126.5, ±0.5 and the floats next to them (p 3); zeros of both signs (p 4);
+/// a NaN or an infinity among ordinary values (p 5, 6; NaN is skipped by the maximum, an
+/// infinite maximum gives the scale inf and the values NaN or 0); denormal values, whose
+/// scale is denormal and its inverse infinite (p 7); huge ones (p 8); random (p 0).
+fn quant_value(p: u32, i: usize, n: usize, r: u32) -> f32 {
+    let u = (r >> 8) as f32 / (1 << 24) as f32; // [0, 1)
+    let sign = if r & 1 == 1 { -1.0 } else { 1.0 };
+    let corners = [127.0, -127.0, 126.5, -126.5, 0.5, -0.5, 1.5, -1.5, 0.499_999_97, -0.499_999_97, 126.499_99, 2.5];
+    match p {
+        0 => (u * 4.0 - 2.0) * if r % 16 == 0 { 1000.0 } else { 1.0 },
+        // ties at scale 1/8 and 4: k/2 for k in -254..=254, the first value the maximum
+        1 | 2 => {
+            let e = if p == 1 { 0.125 } else { 4.0 };
+            let k = if i == 0 { 254 } else { (r % 509) as i32 - 254 };
+            k as f32 * 0.5 * e
+        }
+        3 => {
+            if i == 0 {
+                127.0
+            } else {
+                corners[(r as usize >> 4) % corners.len()]
+            }
+        }
+        4 => {
+            if r % 3 == 0 {
+                -0.0
+            } else if r % 3 == 1 {
+                0.0
+            } else {
+                sign * u
+            }
+        }
+        5 => {
+            if i == n / 2 {
+                f32::NAN
+            } else {
+                sign * u
+            }
+        }
+        6 => {
+            if i == n / 3 {
+                sign * f32::INFINITY
+            } else {
+                sign * u * 3.0
+            }
+        }
+        7 => sign * u * 1e-39,
+        _ => sign * u * 3e38,
+    }
+}
+
+/// Naive int8 quantization of one group, as `runtime::kernels::quantize_group_q8_ref` defines
+/// it (s = max |x| / 127, NaNs skipped; q = round half away from zero of x / s, clamped to
+/// ±127, NaN 0), one scalar operation at a time: every value passes `black_box`, so the
+/// compiler cannot turn the loops into vector float code, which on Helium flushes denormals
+/// (and then `quantize_group_q8_ref` itself, vectorised for the M55, would not be the
+/// desktop's arithmetic).
+fn quantize_naive(x: &[f32], q: &mut [i8]) -> f32 {
+    let mut amax = 0.0f32;
+    for &v in x {
+        let a = core::hint::black_box(v).abs();
+        if a > amax {
+            amax = a;
+        }
+    }
+    let s = amax / 127.0;
+    let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+    for (q, &v) in q.iter_mut().zip(x) {
+        let y = core::hint::black_box(v) * inv;
+        *q = if y.is_nan() {
+            0
+        } else if y >= 127.0 {
+            127
+        } else if y <= -127.0 {
+            -127
+        } else {
+            // |y| < 127: the truncation and the remainder are exact
+            let t = y as i32;
+            let f = y - t as f32;
+            (t + i32::from(f >= 0.5) - i32::from(f <= -0.5)) as i8
+        };
+    }
+    s
+}
+
+/// `quantize_group_q8` (on these builds the Cortex-M form in `runtime/src/kernels/arm.rs`)
+/// against [`quantize_naive`] on group lengths 1 to 64 and the patterns of [`quant_value`]:
+/// the same scale and values, bit for bit. Returns the cases.
+fn quantize_check() -> Result<usize, Mismatch> {
+    const LENS: [usize; 8] = [1, 3, 4, 7, 28, 32, 33, 64];
+    let mut s = 0x1234_5678u32;
+    let mut cases = 0;
+    for pattern in 0..9u32 {
+        for &n in &LENS {
+            for _ in 0..4 {
+                let mut x = [0.0f32; 64];
+                for (i, v) in x[..n].iter_mut().enumerate() {
+                    *v = quant_value(pattern, i, n, next(&mut s));
+                }
+                let (mut got, mut want) = ([0i8; 64], [0i8; 64]);
+                let (sg, sw) = (quantize_group_q8(&x[..n], &mut got[..n]), quantize_naive(&x[..n], &mut want[..n]));
+                cases += 1;
+                let diff = got[..n].iter().zip(&want[..n]).position(|(g, w)| g != w);
+                if sg.to_bits() != sw.to_bits() || diff.is_some() {
+                    let (g, w) = diff.map_or((sg.to_bits() as i32, sw.to_bits() as i32), |i| (i32::from(got[i]), i32::from(want[i])));
+                    return Err(Mismatch { kernel: "quantize_group_q8", lens: (n, diff.unwrap_or(n)), offsets: (0, 0), pattern, got: g, want: w });
+                }
+            }
+        }
+    }
     Ok(cases)
 }
 
@@ -217,6 +341,13 @@ impl core::fmt::Display for LinearMismatch {
 /// that go to the fallback.
 const CHECK_GROUPS: [usize; 12] = [28, 32, 28, 32, 28, 32, 8, 12, 16, 24, 36, 10];
 
+/// Groups per row the q8 quad kernels take (`runtime/src/kernels/arm/quads.rs`).
+const QUAD_GROUPS: core::ops::RangeInclusive<usize> = 4..=16;
+
+/// [`linear_check`]'s sweep: every row length of [`QUAD_GROUPS`] in groups of 28 and of 32,
+/// q8 and q4.
+const SWEEP: usize = 4 * (16 - 4 + 1);
+
 /// Random `linear` calls on q8 matrices against the naive reference (see the module notes),
 /// in `work` (the KV cache, before the session takes it: about 50 KB are used; cases that do
 /// not fit are skipped, and the buffer is zeroed again at the end). Returns the number of
@@ -226,14 +357,23 @@ pub fn linear_check(work: &mut [f32]) -> Result<usize, LinearMismatch> {
     const CASES: usize = 120;
     let mut s = 0x2545_F491u32;
     let mut compared = 0;
-    for case in 0..CASES {
-        let group = CHECK_GROUPS[next(&mut s) as usize % CHECK_GROUPS.len()];
-        // 1..=40 groups a row, at most 1024 columns; 1..=20 rows; 1..=3 tokens
-        let gpr = 1 + next(&mut s) as usize % 40.min(1024 / group);
+    for case in 0..SWEEP + CASES {
+        // first the sweep: q8 and q4 in groups of 28 and 32 at every row length the quad
+        // kernels take (4 to 16 groups: 1 to 4 quads, tails of 0 to 3 groups; q4 rows of an
+        // odd number of 28-groups go to the portable loop), 1 to 9 rows, 1 or 2 tokens; then
+        // random shapes
+        let (group, gpr, q4) = if case < SWEEP {
+            ([28, 32][case % 2], QUAD_GROUPS.start() + case / 4, case % 4 >= 2)
+        } else {
+            let group = CHECK_GROUPS[next(&mut s) as usize % CHECK_GROUPS.len()];
+            // 1..=40 groups a row, at most 1024 columns
+            (group, 1 + next(&mut s) as usize % 40.min(1024 / group), false)
+        };
         let cols = gpr * group;
-        let rows = 1 + next(&mut s) as usize % 20;
-        let tokens = 1 + next(&mut s) as usize % 3;
-        let q4 = next(&mut s) % 2 == 1;
+        // 1..=20 rows, 1..=3 tokens (sweep: 1..=9, 1..=2)
+        let rows = 1 + next(&mut s) as usize % if case < SWEEP { 9 } else { 20 };
+        let tokens = 1 + next(&mut s) as usize % if case < SWEEP { 2 } else { 3 };
+        let q4 = if case < SWEEP { q4 } else { next(&mut s) % 2 == 1 };
         let row_bytes = if q4 { cols / 2 } else { cols };
         // every 8th case the weights start 1-3 bytes past a word (the fallback takes those)
         let offset = if case % 8 == 7 { 1 + next(&mut s) as usize % 3 } else { 0 };
@@ -277,11 +417,11 @@ pub fn linear_check(work: &mut [f32]) -> Result<usize, LinearMismatch> {
         }
         want.copy_from_slice(got);
 
-        // The reference: quantize each token's groups, then per row the naive dot product,
+        // The reference: quantize each token's groups (naively), then per row the naive dot product,
         // + bias (0.0 past its end), added to the output with `accumulate`.
         let xq = &mut f32s_as_i8(xq_buf)[..tokens * cols];
         for ((xg, qg), sx) in x.chunks_exact(group).zip(xq.chunks_exact_mut(group)).zip(xs.iter_mut()) {
-            *sx = quantize_group_q8(xg, qg);
+            *sx = quantize_naive(xg, qg);
         }
         for t in 0..tokens {
             let (xqt, xst) = (&xq[t * cols..(t + 1) * cols], &xs[t * gpr..(t + 1) * gpr]);

@@ -9,6 +9,10 @@ pub mod build;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 mod app;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
+pub mod cmsdk;
+#[cfg(all(target_arch = "arm", target_os = "none"))]
+pub mod console;
+#[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod counter;
 #[cfg(all(target_arch = "arm", target_os = "none"))]
 pub mod cycles;
@@ -99,22 +103,7 @@ macro_rules! board {
         $(, init: $init:expr)?
         $(,)?
     ) => {
-        // BLOB_LEN, CAPACITY, ARENA_LEN, KV_LEN: written by build.rs from the blob's config.
-        include!(concat!(env!("OUT_DIR"), "/consts.rs"));
-
-        /// The model blob, compiled in and placed by memory.x; the runtime reads its weights in
-        /// place.
-        #[link_section = $model]
-        static MODEL: $crate::Aligned<[u8; BLOB_LEN]> = $crate::Aligned(*include_bytes!(env!("MODEL_BLOB_PATH")));
-
-        // Run state sized at compile time, in a NOLOAD section (not cleared at reset: saves
-        // zeroing it twice); `firmware_common::zeroed` clears each buffer once before use.
-        #[link_section = concat!($buffers, ".ARENA")]
-        static mut ARENA: ::core::mem::MaybeUninit<[f32; ARENA_LEN]> = ::core::mem::MaybeUninit::uninit(); // activations + logits
-        #[link_section = concat!($buffers, ".KV")]
-        static mut KV: ::core::mem::MaybeUninit<[f32; KV_LEN]> = ::core::mem::MaybeUninit::uninit(); // (n_layer, 2, CAPACITY, n_embd)
-        #[link_section = concat!($buffers, ".WINDOW")]
-        static mut WINDOW: ::core::mem::MaybeUninit<[u32; CAPACITY]> = ::core::mem::MaybeUninit::uninit(); // token ids in the cache
+        $crate::__board_statics!($model, $buffers);
 
         const BOARD: $crate::Board = $board;
 
@@ -146,5 +135,92 @@ macro_rules! board {
         unsafe fn DefaultHandler(irqn: i16) {
             $crate::fault::unexpected_exception::<$platform>(irqn)
         }
+    };
+}
+
+/// Declares a board's console program (a second binary beside the fixed demo, e.g.
+/// `src/bin/console.rs`): the same statics as [`board!`], a `main` that runs
+/// [`console::run`](crate::console::run) on the board's [`SerialPort`](crate::console::SerialPort),
+/// and the exception handlers, `DefaultHandler` first offering each interrupt to the port.
+///
+/// ```ignore
+/// firmware_common::console_board! {
+///     platform: firmware_common::semihosting::Qemu,
+///     serial: firmware_common::cmsdk::Uart<0x4000_4000, 0>, // the console's UART
+///     board: qemu_m4::BOARD,
+///     model_section: ".model",
+///     buffer_section: ".uninit",
+///     init: || {},                                           // optional
+/// }
+/// ```
+#[macro_export]
+macro_rules! console_board {
+    (
+        platform: $platform:ty,
+        serial: $serial:ty,
+        board: $board:expr,
+        model_section: $model:literal,
+        buffer_section: $buffers:literal
+        $(, init: $init:expr)?
+        $(,)?
+    ) => {
+        $crate::__board_statics!($model, $buffers);
+
+        const BOARD: $crate::Board = $board;
+
+        #[cortex_m_rt::entry]
+        fn main() -> ! {
+            $( ($init)(); )?
+            // SAFETY: main runs once and is the only user of these statics.
+            let (arena, kv, window) = unsafe {
+                (
+                    $crate::zeroed(&raw mut ARENA),
+                    $crate::zeroed(&raw mut KV),
+                    $crate::zeroed(&raw mut WINDOW),
+                )
+            };
+            $crate::console::run::<$platform, $serial>(&BOARD, &MODEL.0, arena, kv, window, CAPACITY)
+        }
+
+        #[cortex_m_rt::exception]
+        fn SysTick() {
+            <$platform as $crate::io::Platform>::on_systick();
+        }
+
+        #[cortex_m_rt::exception]
+        unsafe fn HardFault(ef: &cortex_m_rt::ExceptionFrame) -> ! {
+            $crate::fault::hard_fault::<$platform>(ef)
+        }
+
+        #[cortex_m_rt::exception]
+        unsafe fn DefaultHandler(irqn: i16) {
+            if !<$serial as $crate::console::SerialPort>::on_interrupt(irqn) {
+                $crate::fault::unexpected_exception::<$platform>(irqn)
+            }
+        }
+    };
+}
+
+/// The statics both program macros declare (not for direct use).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __board_statics {
+    ($model:literal, $buffers:literal) => {
+        // BLOB_LEN, CAPACITY, ARENA_LEN, KV_LEN: written by build.rs from the blob's config.
+        include!(concat!(env!("OUT_DIR"), "/consts.rs"));
+
+        /// The model blob, compiled in and placed by memory.x; the runtime reads its weights in
+        /// place.
+        #[link_section = $model]
+        static MODEL: $crate::Aligned<[u8; BLOB_LEN]> = $crate::Aligned(*include_bytes!(env!("MODEL_BLOB_PATH")));
+
+        // Run state sized at compile time, in a NOLOAD section (not cleared at reset: saves
+        // zeroing it twice); `firmware_common::zeroed` clears each buffer once before use.
+        #[link_section = concat!($buffers, ".ARENA")]
+        static mut ARENA: ::core::mem::MaybeUninit<[f32; ARENA_LEN]> = ::core::mem::MaybeUninit::uninit(); // activations + logits
+        #[link_section = concat!($buffers, ".KV")]
+        static mut KV: ::core::mem::MaybeUninit<[f32; KV_LEN]> = ::core::mem::MaybeUninit::uninit(); // (n_layer, 2, CAPACITY, n_embd)
+        #[link_section = concat!($buffers, ".WINDOW")]
+        static mut WINDOW: ::core::mem::MaybeUninit<[u32; CAPACITY]> = ::core::mem::MaybeUninit::uninit(); // token ids in the cache
     };
 }

@@ -39,6 +39,15 @@ impl Platform for Probe {
     fn exit(success: bool) -> ! {
         crate::semihosting::exit(success)
     }
+    /// With a debugger attached (`probe-rs run`), the semihosting exit; without one (a board on
+    /// USB power, the console on its UART) a semihosting call would fault, so the chip resets
+    /// and the console starts again.
+    fn quit(success: bool) -> ! {
+        if cortex_m::peripheral::DCB::is_debugger_attached() {
+            crate::semihosting::exit(success)
+        }
+        cortex_m::peripheral::SCB::sys_reset()
+    }
 }
 
 /// A line-buffered defmt stream: each line (without its `\n`) becomes one

@@ -1,4 +1,5 @@
 //! The fixed run every firmware performs: prompt, sampling settings, token budget, context.
+//! They are also where the serial console starts ([`console_settings`]).
 //!
 //! The firmware prints these on stderr as the equivalent `host` arguments (see
 //! [`write_host_args`]), and `boards/qemu-check.sh` runs `host` with exactly those arguments, so
@@ -25,6 +26,22 @@ pub const SAMPLER: SamplerConfig =
 /// use. The host's sampler is larger (`Sampler<1024>`); with `top_k <= K` both keep the same
 /// `2·top_k` candidates, so they draw the same tokens.
 pub const TOP_K_CAPACITY: usize = 40;
+
+/// Capacity `K` of the console's `Sampler<K>` (16 KiB of stack while a reply runs), on the
+/// boards and in `host console`: the same as `host --prompt`'s, so that every `/top-k` up to it
+/// is accepted and, with top-k off and top-p below 1 too (where `K` decides which kept tokens
+/// the draw walks), each reply is what `host --prompt` prints.
+pub const CONSOLE_TOP_K_CAPACITY: usize = 1024;
+
+/// The console's chat template (`/chat on`).
+pub const CHAT_TEMPLATE: &str = gpt2_console::DEFAULT_TEMPLATE;
+
+/// The settings the console starts with: the fixed run's ([`MAX_NEW_TOKENS`], [`SAMPLER`]),
+/// chat off; `echo` is the port's (on for a terminal on a real board's UART, off for QEMU and
+/// the desktop, whose input is a pipe or a terminal that echoes itself).
+pub const fn console_settings(echo: bool) -> gpt2_console::Settings {
+    gpt2_console::Settings { max_tokens: MAX_NEW_TOKENS, sampler: SAMPLER, chat: false, echo }
+}
 
 /// KV-cache capacity in tokens: this, or the model's `n_ctx` if smaller.
 pub const CTX_MAX: usize = 128;
@@ -93,21 +110,9 @@ pub fn write_host_args(w: &mut impl core::fmt::Write, capacity: usize) -> core::
 /// Writes a non-negative `x` with at most 6 decimals, trailing zeros dropped (`0.8`, `0.95`,
 /// `1`): integer arithmetic only, so the firmware does not link core's float formatting
 /// (about 15 KB). The board build script checks that `host` parses each setting written this
-/// way back to the same f32 (`check_round_trip`).
-pub fn write_decimal(w: &mut impl core::fmt::Write, x: f32) -> core::fmt::Result {
-    let scaled = (x as f64 * 1e6 + 0.5) as u64;
-    let (int, mut frac) = (scaled / 1_000_000, scaled % 1_000_000);
-    write!(w, "{int}")?;
-    if frac > 0 {
-        let mut digits = 6;
-        while frac % 10 == 0 {
-            frac /= 10;
-            digits -= 1;
-        }
-        write!(w, ".{frac:0digits$}")?;
-    }
-    Ok(())
-}
+/// way back to the same f32 (`check_round_trip`). (The console prints its settings the same
+/// way; the one definition is `gpt2_console::text::write_decimal`.)
+pub use gpt2_console::text::write_decimal;
 
 /// Checks that every f32 setting survives [`write_decimal`] and parsing (what `host` does with
 /// the printed arguments). Run by the board build scripts.

@@ -1,5 +1,8 @@
 //! `host`: the desktop emulator. Runs the same no_std runtime a board runs (model, session,
 //! tokenizer, sampler, generation loop), with std around it for files and the terminal.
+//! `host console` (src/console.rs) runs the boards' serial console on stdin and stdout.
+
+mod console;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +16,10 @@ use host_tools::plan::{KvArg, Plan, Target};
 use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::tokenizer::{Tokenizer, Utf8Stream};
-use runtime::{KvCache, KvDType, Model, Session, SessionSizes};
+use runtime::kv_cache::KvLayout;
+use runtime::{KvDType, Model, Session, SessionSizes};
+
+mod trace;
 
 /// The default model shipped in the repository.
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
@@ -207,6 +213,13 @@ enum Cmd {
         #[arg(long)]
         ctx: Option<usize>,
     },
+    /// Inside the model: every stage of the pass as arrays, JSON and a page (--out DIR); the
+    /// tutorial's example (--tutorial); per-layer digests of the firmware's run (--digest).
+    Trace(trace::TraceArgs),
+    /// The boards' serial console on stdin/stdout: a line is a prompt, /help lists the commands.
+    /// Starts with the firmware's settings (48 tokens, T 0.8, top-k 40, top-p 0.95, seed 42,
+    /// context min(128, n_ctx), KV cache int8) and prints what the console firmware prints.
+    Console(console::ConsoleArgs),
     /// Measure prefill and decode speed (tokens/s, median of several runs).
     Bench {
         #[command(flatten)]
@@ -452,18 +465,34 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         prompt.len() as f64 / prefill_s.max(1e-9),
         if decoded > 0 { decoded as f64 / decode_s.max(1e-9) } else { 0.0 }
     );
-    eprintln!(
-        "memory: arena {arena_bytes} B + KV cache {kv_bytes} B ({}: 2 · {} layers · {capacity} ctx · {} embd · {} B{})",
-        kv.name(),
-        cfg.n_layer,
-        cfg.n_embd,
-        match kv { KvDType::F32 => 4, KvDType::F16 => 2, KvDType::I8 => 1 },
-        if kv == KvDType::I8 { " + a 4-byte scale per head per position" } else { "" }
-    );
+    eprintln!("memory: arena {arena_bytes} B + KV cache {kv_bytes} B ({})", kv_formula(&cfg, capacity, kv));
     if let StopReason::Error(e) = summary.reason {
         bail!("generation stopped after {} tokens: {e}", summary.generated);
     }
     Ok(())
+}
+
+/// How the KV cache's bytes come about: `int8: 2 · 4 layers · 128 ctx · 112 embd · 1 B + …`,
+/// with the local layers' rings (`min(ctx, W)` positions) counted apart.
+fn kv_formula(cfg: &runtime::Config, capacity: usize, kv: KvDType) -> String {
+    let layout = KvLayout::new(cfg, capacity);
+    let bytes = match kv {
+        KvDType::F32 => 4,
+        KvDType::F16 => 2,
+        KvDType::I8 => 1,
+    };
+    let locals = cfg.local_layers.count();
+    let globals = cfg.n_layer() - locals;
+    let mut terms = Vec::new();
+    if globals > 0 {
+        terms.push(format!("2 · {globals} {}layers · {capacity} ctx", if locals > 0 { "global " } else { "" }));
+    }
+    if locals > 0 {
+        terms.push(format!("2 · {locals} local layers · {} (window {})", layout.local_capacity, cfg.attn_window));
+    }
+    let scale = if kv == KvDType::I8 { " + a 4-byte scale per head per position" } else { "" };
+    let positions = if terms.len() == 1 { terms.join("") } else { format!("({})", terms.join(" + ")) };
+    format!("{}: {positions} · {} embd · {bytes} B{scale}", kv.name(), cfg.n_embd)
 }
 
 fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>) -> Result<()> {
@@ -586,11 +615,18 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
         bandwidth / bytes,
         100.0 * bytes * d / bandwidth
     );
-    // Attention reads the keys and values of every position so far: decode step i (from 0)
-    // attends to prompt_len + i + 1 positions, so the mean over the n steps is this.
-    let positions = prompt_len as f64 + (n as f64 + 1.0) / 2.0;
-    let kv_per_position = 4 * KvCache::required_len(kv, cfg.n_layer(), 1, cfg.n_embd(), cfg.n_head());
-    let kv_bytes = positions * kv_per_position as f64;
+    // Attention reads the keys and values each layer holds: at decode step i (from 0), layer l
+    // attends to min(prompt_len + i + 1, cap_l) positions (a local layer's ring holds W); the
+    // mean over the n steps is this.
+    let layout = KvLayout::new(&cfg, capacity);
+    let kv_bytes = (0..n)
+        .map(|i| {
+            (0..cfg.n_layer())
+                .map(|l| (layout.layer_bytes(kv, l) / (2 * layout.layer_capacity(l))) as f64 * 2.0 * (prompt_len + i + 1).min(layout.layer_capacity(l)) as f64)
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        / n as f64;
     println!(
         "KV cache bytes read per decoded token: {:.1} MB (mean over {n} steps)  -> with the weights, decode bound {:.1} tok/s, decode reaches {:.0}% of it",
         kv_bytes / 1e6,
@@ -697,6 +733,8 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Detokenize { model, ids }) => cmd_detokenize(&model.model, ids),
         Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),
         Some(Cmd::Bench { model, prompt_len, n, runs, batch, threads }) => cmd_bench(model, *prompt_len, *n, *runs, *batch, threads),
+        Some(Cmd::Trace(args)) => trace::cmd_trace(args),
+        Some(Cmd::Console(args)) => console::cmd_console(args),
         None => cmd_generate(&cli.gen),
     }
 }

@@ -6,21 +6,10 @@
 #![no_std]
 #![no_main]
 
-use firmware_common::Board;
-
 firmware_common::board! {
     // Semihosting output and exit, SysTick instruction counts.
     platform: firmware_common::semihosting::Qemu,
-    board: Board {
-        name: "qemu-m4",
-        machine: "mps2-an386",
-        cpu: "Cortex-M4F",
-        // SYSCLK of the MPS2 FPGA images in QEMU (hw/arm/mps2.c): 25 MHz -> 40 instructions
-        // per tick.
-        sysclk_hz: 25_000_000,
-        model_region: "FLASH, ZBT SSRAM1",
-        buffer_region: "RAM, ZBT SSRAM2&3",
-    },
+    board: qemu_m4::BOARD,
     // The blob in flash (memory.x: `.model > FLASH`).
     model_section: ".model",
     // The buffers in RAM, in cortex-m-rt's NOLOAD `.uninit` section.

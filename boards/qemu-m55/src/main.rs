@@ -6,21 +6,10 @@
 #![no_std]
 #![no_main]
 
-use firmware_common::Board;
-
 firmware_common::board! {
     // Semihosting output and exit, SysTick instruction counts.
     platform: firmware_common::semihosting::Qemu,
-    board: Board {
-        name: "qemu-m55",
-        machine: "mps3-an547",
-        cpu: "Cortex-M55",
-        // SYSCLK of the AN547 image in QEMU (hw/arm/mps2-tz.c): 32 MHz -> 31.25 instructions
-        // per tick.
-        sysclk_hz: 32_000_000,
-        model_region: "QSPI flash",
-        buffer_region: "SSE-300 SRAM",
-    },
+    board: qemu_m55::BOARD,
     // The blob in the QSPI flash (memory.x: `.model > QSPI`).
     model_section: ".model",
     // The buffers in the SSE-300 SRAM (memory.x: `.sram`, NOLOAD).

@@ -1,7 +1,15 @@
-//! Cortex-M builds of the quantized mat-vec, in inline assembly:
-//! - whole rows for q8 and q4 [`super::linear`] ([`linear_quant`]): a row's exact integer group
-//!   sums and their float combination ([`super::combine_groups`]: group g into lane g mod 16,
-//!   then the reduction tree) in one asm block, the 16 lanes in the FPU registers s16-s31;
+//! Cortex-M builds of the quantized mat-vec, in assembly:
+//! - q8 and q4 [`super::linear`] on rows of 4 to 16 groups of 28 or 32 (every matrix of the
+//!   default model): the quad kernels of [`quads`], one function per dtype and group size that
+//!   runs all the rows of a token, four groups unrolled at a time (the cheapest path; q8
+//!   1.51 / 0.51 instructions per multiply-accumulate on the M4 / M55 for `mlp.c_fc`,
+//!   quantizing included);
+//! - whole rows for the other q8 and q4 shapes ([`linear_quant`]): a row's exact integer
+//!   group sums and their float combination ([`super::combine_groups`]: group g into lane g
+//!   mod 16, then the reduction tree) in one asm block, the 16 lanes in the FPU registers
+//!   s16-s31;
+//! - the activations quantized for them ([`quantize_group_pairs16`], and
+//!   `kernels::quantize_group_q8_int` for every int8 quantization on these builds);
 //! - the two integer group kernels, [`super::dot_i8`] (an int8 weight group against int8
 //!   activations) and [`super::dot_q4_group`] (packed 4-bit weights against int8
 //!   activations), which the portable row loop runs for the shapes the row kernels leave.
@@ -35,13 +43,16 @@
 //!
 //! `cargo test` cannot run them, so the firmware checks them at boot against naive references
 //! (`boards/firmware-common/src/kernels.rs`: `self_check`, the group kernels on lengths 0 to
-//! 768, extreme values, every alignment; `linear_check`, `linear` on random q8 and q4 shapes,
-//! taken by the row kernels or left to the fallback) and exits 1 on a difference;
+//! 768, extreme values, every alignment, and the quantizer on its corners (ties, NaN,
+//! infinities, denormals); `linear_check`, `linear` on every row length the quad kernels take
+//! and on random q8 and q4 shapes, taken by the quad or row kernels or left to the fallback)
+//! and exits 1 on a difference;
 //! `boards/qemu-check.sh` then requires the firmware's generated tokens to equal the host's.
 //! On the desktop, `cargo test` checks the DSP kernels' activation layouts with the
 //! arithmetic their assembly does (`kernels::tests`, `pairs16_*`, `nibbles16_*`).
 //!
-//! Cost of the row kernels, in executed instructions (what QEMU's `-icount` counts), per group
+//! Cost of the row kernels (the quad kernels' costs are in [`quads`]), in executed
+//! instructions (what QEMU's `-icount` counts), per group
 //! of 28 / 32 weights, everything included (integer dot, storing and reloading its sum, the
 //! float steps):
 //! - `arm-dsp`, q8: 46 / 50 (1.64 / 1.56 per multiply-accumulate). The integer dot takes 36 /
@@ -417,10 +428,40 @@ unsafe fn q4_pairs(w: *const u8, x: *const i8, n: usize) -> i32 {
     acc
 }
 
+// ---- Quantizing activations ----------------------------------------------------------------
+
+/// `quantize_group_q8` (here [`super::quantize_group_q8_int`]) into the
+/// [`QuantOrder::Pairs16`] layout directly: per 4 values q0..q3 the words `q0 | q2 << 16`,
+/// `q1 | q3 << 16` (int16 halves). `w` holds `x.len() / 2` words (x a multiple of 4 long; a
+/// shorter `w` stops early).
+#[cfg(all(feature = "arm-dsp", not(feature = "arm-helium")))]
+#[inline(always)]
+pub(super) fn quantize_group_pairs16(x: &[f32], w: &mut [u32]) -> f32 {
+    let (s, inv2, tiny) = super::q8_scale(x);
+    let half = |q: i32| q as u32 & 0xFFFF;
+    if tiny {
+        super::quantize_tiny(x, inv2, |i, v| {
+            // value i is half (i / 2) % 2 of word 2·(i / 4) + i % 2
+            if let Some(w) = w.get_mut(2 * (i / 4) + i % 2) {
+                let shift = 16 * (i / 2 % 2);
+                *w = (*w & !(0xFFFF << shift)) | half(v) << shift;
+            }
+        });
+    } else {
+        for (v, w) in x.as_chunks::<4>().0.iter().zip(w.as_chunks_mut::<2>().0) {
+            let q = v.map(|v| super::round_q8_doubled(v * inv2));
+            *w = [half(q[0]) | half(q[2]) << 16, half(q[1]) | half(q[3]) << 16];
+        }
+    }
+    s
+}
+
 // ---- Whole rows: the group dots and the float combine in one asm block ---------------------
 
 use super::{quantize_rows, QuantOrder, QuantRows};
 use crate::model::{Matrix, MatrixData};
+
+mod quads;
 
 /// Group sums of one round (up to 16 groups) of a row kernel. The kernels store through a
 /// pointer that runs up to the end of this buffer and stop when it reaches a 64-byte boundary,
@@ -428,12 +469,23 @@ use crate::model::{Matrix, MatrixData};
 #[repr(C, align(64))]
 struct GroupSums([i32; 16]);
 
-/// q8 and q4 [`super::linear`] through the row kernels below, for groups of 28 and 32 (what
-/// the converter picks for rows of 112·k and 32·k). Other groups, shapes the kernels do not
+/// q8 and q4 [`super::linear`]: rows of 4 to 16 groups through the quad kernels
+/// ([`quads`]), the rest through the row kernels below, for groups of 28 and 32 (what the
+/// converter picks for rows of 112·k and 32·k). Other groups, shapes the kernels do not
 /// take (q4 on the DSP build: rows of a multiple of 8 values, so that every row starts on a
 /// word) and short buffers return false, having written only the scratch; the portable loop
 /// with this file's group dots then runs.
 pub(super) fn linear_quant(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
+    let quad = match w.data {
+        MatrixData::Q8 { values, scales, group } => Some((bytemuck::cast_slice(values), scales, false, group)),
+        MatrixData::Q4 { packed, scales, group } => Some((packed, scales, true, group)),
+        MatrixData::F32(_) | MatrixData::F16(_) => None,
+    };
+    if let Some((weights, scales, q4, group)) = quad {
+        if quads::linear(out, x, weights, scales, q4, group, w.rows, w.cols, bias, accumulate, scratch) {
+            return true;
+        }
+    }
     let m = Rows { rows: w.rows, cols: w.cols, bias, accumulate };
     match w.data {
         MatrixData::Q8 { values, scales, group: 32 } => m.run::<32, false>(out, x, bytemuck::cast_slice(values), scales, scratch),
