@@ -1467,8 +1467,10 @@ mod tests {
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
         // q8 with other groups (the shipped model's 28; 4..=32, a multiple of 4: masked loads,
-        // groups padded in the activations, blocks of 1 to 8 groups); q4 declines them
-        for (group, shapes) in [(28usize, &[(5usize, 112usize), (3, 28), (2, 252), (4, 448)][..]), (4, &[(3, 36)][..]), (20, &[(3, 100), (2, 360)][..]), (16, &[(3, 48), (2, 256)][..])] {
+        // groups padded in the activations, blocks of 1 to 8 groups); q4 declines them. Rows of
+        // 4 groups of 16 or more (112, 80, 64 columns) take plain loads for the pairs with a row
+        // after them and masked ones for a last pair (6 and 4 rows) or none (5 rows)
+        for (group, shapes) in [(28usize, &[(5usize, 112usize), (6, 112), (3, 28), (2, 252), (4, 448)][..]), (4, &[(3, 36)][..]), (20, &[(3, 100), (2, 360), (4, 80)][..]), (16, &[(3, 48), (2, 256), (4, 64)][..])] {
             let q8_only = |q4: bool, cols: usize| !q4 && room(cols, group);
             quant_linear_matches_portable_in_groups(13, group, shapes, &[1, 2, 9], q8_only, avx2);
             // and with the room the padded layout needs, which such groups take where a caller
@@ -1924,11 +1926,21 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
                         _ => a.rows_q4::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
                     }
                 } else if gpr <= 4 {
-                    // rows of at most 4 groups: two rows a block
+                    // rows of at most 4 groups: two rows a block; with 4 groups of 16 or more,
+                    // plain loads (not masked ones) for every pair with a row after it (a
+                    // group's 32-byte read stays inside the matrix)
                     let pairs_end = r0 + (r1 - r0) / 2 * 2;
+                    let plain_end = if gpr == 4 && group >= 16 { (r0 + rows.saturating_sub(2).saturating_sub(r0).div_ceil(2) * 2).min(pairs_end) } else { r0 };
+                    let (wp, sp) = (data.as_ptr(), scales.as_ptr());
                     match nt {
-                        1 => a.rows2_q8::<1>(data.as_ptr(), scales.as_ptr(), r0..pairs_end, t0, nt, &mut store),
-                        _ => a.rows2_q8::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..pairs_end, t0, nt, &mut store),
+                        1 => {
+                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
+                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                        }
+                        _ => {
+                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
+                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                        }
                     }
                     if pairs_end < r1 {
                         match nt {
@@ -1984,21 +1996,24 @@ fn mask8(n: usize) -> __m256i {
 /// Two q8 groups at `p` and `p + group` as int16 times 256 in the [`QuantOrder::Wide16`] order
 /// of a pair: `[x 0–15 | y 0–15]` and `[x 16–31 | y 16–31]`, each widened in two; `mx`, `my`:
 /// each group's dword masks of its bytes 0–15 and 16–31 (masked lanes are not read, and 0).
+/// PLAIN: the masks are ignored and each group's 32 bytes from its start are read whole; the
+/// bytes past a group (the next group's, or the next row's) then meet the zeros its
+/// activations are padded with in [`QuantOrder::Wide16`], so they add exactly 0 to the integer
+/// sums, and the result is the masked one's.
 ///
 /// # Safety
-/// The bytes the masks keep must be readable; AVX2.
+/// The bytes the masks keep (PLAIN: `p..p + group + 32`) must be readable; AVX2.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn widen_pair(p: *const u8, group: usize, mx: [__m128i; 2], my: [__m128i; 2]) -> [__m256i; 4] {
+unsafe fn widen_pair<const PLAIN: bool>(p: *const u8, group: usize, mx: [__m128i; 2], my: [__m128i; 2]) -> [__m256i; 4] {
     let zero = _mm256_setzero_si256();
     let q = p.wrapping_add(group);
     // SAFETY: the caller's contract.
-    let (lo, hi) = unsafe {
-        (
-            _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(p.cast(), mx[0])), _mm_maskload_epi32(q.cast(), my[0])),
-            _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(p.wrapping_add(16).cast(), mx[1])), _mm_maskload_epi32(q.wrapping_add(16).cast(), my[1])),
-        )
-    };
+    let load = |p: *const u8, m: __m128i| unsafe { if PLAIN { _mm_loadu_si128(p.cast()) } else { _mm_maskload_epi32(p.cast(), m) } };
+    let (lo, hi) = (
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(p, mx[0])), load(q, my[0])),
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(p.wrapping_add(16), mx[1])), load(q.wrapping_add(16), my[1])),
+    );
     [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)]
 }
 
@@ -2159,11 +2174,15 @@ impl Avx2Quant {
     /// `reduce` comes to `(l0 + l2) + (l1 + l3)`: its other additions add +0.0 to a lane that is
     /// never -0.0, which changes nothing; both rows take it at once in their 128-bit halves.
     ///
+    /// PLAIN: the weights are read with plain loads, 32 bytes from each group's start
+    /// ([`widen_pair`]), which reads up to 32 - group bytes past the second row.
+    ///
     /// # Safety
-    /// As [`Self::rows_q8`], with `gpr ≤ 4` and an even number of rows.
+    /// As [`Self::rows_q8`], with `gpr ≤ 4` and an even number of rows; PLAIN only with `gpr ==
+    /// 4`, a group of at least 16 and a row after each pair's second.
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows2_q8<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn rows2_q8<const NT: usize, const PLAIN: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
         let Self { cols, gpr, group, x_stride, wide, xs, .. } = *self;
         let nt = nt.min(NT);
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -2184,8 +2203,8 @@ impl Avx2Quant {
             let sw = unsafe { _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(wsc.add(o * gpr).cast(), mg)), _mm_maskload_epi32(wsc.add((o + 1) * gpr).cast(), mg)) };
             let sw = _mm256_castsi256_ps(sw);
             // pairs (a0, a1), (a2, a3), (b0, b1), (b2, b3)
-            let (a01, a23) = unsafe { (widen_pair(wa, group, m0, m1), widen_pair(wa.wrapping_add(2 * group), group, m2, m3)) };
-            let (b01, b23) = unsafe { (widen_pair(wb, group, m0, m1), widen_pair(wb.wrapping_add(2 * group), group, m2, m3)) };
+            let (a01, a23) = unsafe { (widen_pair::<PLAIN>(wa, group, m0, m1), widen_pair::<PLAIN>(wa.wrapping_add(2 * group), group, m2, m3)) };
+            let (b01, b23) = unsafe { (widen_pair::<PLAIN>(wb, group, m0, m1), widen_pair::<PLAIN>(wb.wrapping_add(2 * group), group, m2, m3)) };
             let mut acc = [_mm256_setzero_ps(); NT];
             for (t, acc) in acc.iter_mut().enumerate().take(nt) {
                 let t = t0 + t;
