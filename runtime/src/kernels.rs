@@ -358,6 +358,10 @@ pub(crate) struct QuantRows<'s> {
     /// `Nibbles16`).
     #[cfg_attr(not(any(test, all(target_arch = "arm", any(feature = "arm-dsp", feature = "arm-helium")))), allow(dead_code))]
     pub pairs: &'s [u32],
+    /// [`QuantOrder::Wide16`] only (then `q` is empty): the values as int16, in pairs of groups
+    /// padded to 32 values each ([`wide16_len`] per token).
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    pub wide: &'s [i16],
 }
 
 /// Order of the int8 activation values [`quantize_rows`] writes.
@@ -370,6 +374,15 @@ pub(crate) enum QuantOrder {
     /// then the 64 odd-position ones. Needs `cols % 128 == 0`.
     #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
     Q4Pairs,
+    /// For the AVX2 q8 kernel, which widens two groups' weights at a time to int16 with
+    /// `vpunpcklbw` / `vpunpckhbw`: the values as int16, each token's groups in pairs (`a`, `b`;
+    /// an odd last group pairs with zeros), each group padded with zeros to 32 values, a pair as
+    /// eight runs of 8: `a0..a8, b0..b8, a8..a16, b8..b16, a16..a24, b16..b24, a24..a32,
+    /// b24..b32`, in [`QuantRows::wide`]: [`wide16_len`] halves a token. Needs a group of at most
+    /// 32; the scratch must hold [`wide16_scratch_len`] per token (more than
+    /// [`quant_scratch_len`] when the group is not 32: the callers check).
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    Wide16,
     /// For the Cortex-M DSP row kernels (`SXTB16` + `SMLAD`): the values widened to int16, each
     /// four `q0 q1 q2 q3` as the two words `q0 | q2 << 16` and `q1 | q3 << 16` (the halves
     /// `SXTB16` and `SXTB16 ROR #8` make of four int8 weights), in [`QuantRows::pairs`]; no
@@ -517,6 +530,9 @@ pub(crate) struct QuantJob<'w, 's> {
     pub xs: &'s [f32],
     /// Activation group sums `[tokens, gpr]`.
     pub sums: &'s [i32],
+    /// [`QuantOrder::Wide16`] only (then `q` is empty): int16 activations, [`wide16_len`] a token.
+    #[cfg(target_arch = "x86_64")]
+    pub wide: &'s [i16],
 }
 
 /// The [`QuantJob`] of `w` against `x` (for an output of `out_len` values), or None, with
@@ -547,14 +563,25 @@ pub(crate) fn quant_job<'w, 's>(
     let tokens = (x.len() / cols).min(out_len / rows);
     let gpr = cols / group; // cols > 0 is a multiple of group, so group > 0
     let row_bytes = if q4 { cols / 2 } else { cols };
-    if scratch.len() < tokens * quant_scratch_len(cols, group) || data.len() < rows * row_bytes || scales.len() < rows * gpr {
+    let (order, need) = match order(q4) {
+        #[cfg(target_arch = "x86_64")]
+        QuantOrder::Wide16 if group > 32 => return None,
+        #[cfg(target_arch = "x86_64")]
+        QuantOrder::Wide16 => (QuantOrder::Wide16, wide16_scratch_len(cols, group)),
+        o => (o, quant_scratch_len(cols, group)),
+    };
+    if scratch.len() < tokens * need || data.len() < rows * row_bytes || scales.len() < rows * gpr {
         return None;
     }
-    let QuantRows { q, scales: xs, sums, .. } = quantize_rows(x, cols, group, tokens, scratch, order(q4));
-    if q.len() < tokens * cols || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
+    let QuantRows { q, scales: xs, sums, #[cfg(target_arch = "x86_64")] wide, .. } = quantize_rows(x, cols, group, tokens, scratch, order);
+    #[cfg(target_arch = "x86_64")]
+    let values = if order == QuantOrder::Wide16 { (wide.len(), tokens * wide16_len(cols, group)) } else { (q.len(), tokens * cols) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let values = (q.len(), tokens * cols);
+    if values.0 < values.1 || xs.len() < tokens * gpr || sums.len() < tokens * gpr {
         return None;
     }
-    Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums })
+    Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, #[cfg(target_arch = "x86_64")] wide })
 }
 
 /// Quantizes `tokens` rows of `x` (`cols` wide) into the scratch ([`quant_scratch_len`] per
@@ -566,6 +593,8 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
     let int8_slots = (tokens * cols).div_ceil(4);
     let (q_slots, with_sums) = match order {
         QuantOrder::Natural | QuantOrder::Q4Pairs => (int8_slots, true),
+        #[cfg(all(feature = "std", target_arch = "x86_64"))]
+        QuantOrder::Wide16 => ((tokens * wide16_len(cols, group)).div_ceil(2).max(int8_slots), true),
         QuantOrder::Pairs16 => (2 * int8_slots, false),
         QuantOrder::Nibbles16 => (2 * int8_slots + n_groups, false),
     };
@@ -597,7 +626,14 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
         let words: &mut [u32] = bytemuck::try_cast_slice_mut(q).unwrap_or(&mut []);
         let n = if order == QuantOrder::Pairs16 { widen_pairs16(words, tokens * cols / 4) } else { widen_nibbles16(words, group, n_groups, cols / group) };
         let pairs: &[u32] = words.get(..n).unwrap_or(&[]);
-        return QuantRows { q: &[], scales, sums: &[], pairs };
+        return QuantRows { q: &[], scales, sums: &[], pairs, #[cfg(all(feature = "std", target_arch = "x86_64"))] wide: &[] };
+    }
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if order == QuantOrder::Wide16 {
+        // the int8 values fill the start of the region: widened in place from the end
+        let wide: &mut [i16] = bytemuck::try_cast_slice_mut(q).unwrap_or(&mut []);
+        let n = widen_wide16(wide, group, cols / group, tokens);
+        return QuantRows { q: &[], scales, sums, pairs: &[], wide: wide.get(..n).unwrap_or(&[]) };
     }
     if order == QuantOrder::Q4Pairs {
         for block in q.as_chunks_mut::<128>().0 {
@@ -611,7 +647,55 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
             }
         }
     }
-    QuantRows { q, scales, sums, pairs: &[] }
+    QuantRows { q, scales, sums, pairs: &[], #[cfg(all(feature = "std", target_arch = "x86_64"))] wide: &[] }
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+/// Halves of [`QuantOrder::Wide16`] per token: 64 a pair of groups.
+pub(crate) const fn wide16_len(cols: usize, group: usize) -> usize {
+    (cols / if group == 0 { 1 } else { group }).div_ceil(2) * 64
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+/// f32 slots of scratch per token for [`QuantOrder::Wide16`]: the int16 values, then a scale and
+/// a sum per group. For groups of 32 this is [`quant_scratch_len`].
+pub(crate) const fn wide16_scratch_len(cols: usize, group: usize) -> usize {
+    let groups = cols / if group == 0 { 1 } else { group };
+    wide16_len(cols, group) / 2 + 2 * groups
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+/// [`QuantOrder::Wide16`] in place: the bytes at the start of `wide` hold `tokens · gpr` groups
+/// of `group` int8 values; each pair of a token's groups becomes 64 halves in that order, from the
+/// last pair down. A pair's halves start at or after its bytes (128 bytes a pair, against at most
+/// 2 · group ≤ 64 bytes of values), so each pair is read before anything overwrites it. Returns
+/// the halves written; 0 for groups wider than 32 or a region too small.
+#[inline(always)]
+fn widen_wide16(wide: &mut [i16], group: usize, gpr: usize, tokens: usize) -> usize {
+    let pairs = gpr.div_ceil(2);
+    let n = tokens * pairs * 64;
+    if group == 0 || group > 32 || n > wide.len() || tokens * gpr * group > 2 * wide.len() {
+        return 0;
+    }
+    for t in (0..tokens).rev() {
+        for p in (0..pairs).rev() {
+            // groups a = 2p and b = 2p + 1 (zeros when b is past the token's last group)
+            let mut v = [[0i8; 32]; 2];
+            let bytes: &[u8] = bytemuck::cast_slice(&*wide);
+            for (k, v) in v.iter_mut().enumerate().take(gpr - 2 * p) {
+                let start = (t * gpr + 2 * p + k) * group;
+                v.iter_mut().zip(bytes.get(start..start + group).unwrap_or(&[])).for_each(|(v, &b)| *v = b as i8);
+            }
+            if let Some(out) = wide.get_mut((t * pairs + p) * 64..(t * pairs + p + 1) * 64) {
+                // run r of 8 halves: group r % 2, its values 8 · (r / 2) on
+                for (r, run) in out.chunks_exact_mut(8).enumerate() {
+                    let src = v.get(r % 2).and_then(|v| v.get(8 * (r / 2)..8 * (r / 2) + 8)).unwrap_or(&[0; 8]);
+                    run.iter_mut().zip(src).for_each(|(o, &v)| *o = v as i16);
+                }
+            }
+        }
+    }
+    n
 }
 
 /// `x` as an int16 half: the low 16 bits of a word.
@@ -1743,6 +1827,19 @@ mod tests {
         takes: impl Fn(bool, usize) -> bool,
         kernel: impl Fn(&mut [f32], &[f32], &Matrix<'_>, &[f32], bool, &mut [f32]) -> bool,
     ) {
+        quant_linear_matches_portable_in_groups(seed, 32, shapes, token_counts, takes, kernel)
+    }
+
+    /// [`quant_linear_matches_portable`] with groups of `group` values. The scratch is what a
+    /// session gives: [`quant_scratch_len`] for groups of [`crate::model::MIN_GROUP`].
+    pub(in crate::kernels) fn quant_linear_matches_portable_in_groups(
+        seed: u32,
+        group: usize,
+        shapes: &[(usize, usize)],
+        token_counts: &[usize],
+        takes: impl Fn(bool, usize) -> bool,
+        kernel: impl Fn(&mut [f32], &[f32], &Matrix<'_>, &[f32], bool, &mut [f32]) -> bool,
+    ) {
         let mut seed = seed;
         let mut rnd = move || {
             seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -1754,11 +1851,11 @@ mod tests {
             w[5] = 10.0; // a group with one large weight: the rest quantize to small values
             let bias: Vec<f32> = (0..rows).map(|_| rnd()).collect();
             let mut q8 = std::vec![0i8; rows * cols];
-            let s8: Vec<f32> = w.chunks(32).zip(q8.chunks_mut(32)).map(|(a, q)| quantize_group_q8(a, q)).collect();
+            let s8: Vec<f32> = w.chunks(group).zip(q8.chunks_mut(group)).map(|(a, q)| quantize_group_q8(a, q)).collect();
             let mut q4 = std::vec![0u8; rows * cols / 2];
-            let s4: Vec<f32> = w.chunks(32).zip(q4.chunks_mut(16)).map(|(a, q)| quantize_group_q4(a, q)).collect();
-            let m8 = Matrix { rows, cols, data: MatrixData::Q8 { values: &q8, scales: &s8, group: 32 } };
-            let m4 = Matrix { rows, cols, data: MatrixData::Q4 { packed: &q4, scales: &s4, group: 32 } };
+            let s4: Vec<f32> = w.chunks(group).zip(q4.chunks_mut(group / 2)).map(|(a, q)| quantize_group_q4(a, q)).collect();
+            let m8 = Matrix { rows, cols, data: MatrixData::Q8 { values: &q8, scales: &s8, group } };
+            let m4 = Matrix { rows, cols, data: MatrixData::Q4 { packed: &q4, scales: &s4, group } };
             for &tokens in token_counts {
                 let mut x: Vec<f32> = (0..tokens * cols).map(|_| rnd() * 3.0).collect();
                 x[1] = -50.0;
@@ -1766,7 +1863,7 @@ mod tests {
                     let is_q4 = matches!(m.data, MatrixData::Q4 { .. });
                     let what = std::format!("rows {rows} cols {cols} tokens {tokens} q4 {is_q4}");
                     for accumulate in [false, true] {
-                        let mut scratch = std::vec![0.0f32; tokens * quant_scratch_len(cols, 32)];
+                        let mut scratch = std::vec![0.0f32; tokens * quant_scratch_len(cols, crate::model::MIN_GROUP)];
                         let mut fast = std::vec![0.5f32; tokens * rows];
                         let mut slow = fast.clone();
                         if !takes(is_q4, cols) {

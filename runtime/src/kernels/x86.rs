@@ -10,7 +10,7 @@ use half::f16;
 
 mod amx;
 
-use super::{attention_impl, linear_impl, quant_job, reduce, Attend, Dots, KvElem, Matrix, MatrixData, QuantJob, QuantOrder, LANES};
+use super::{attention_impl, linear_impl, quant_job, reduce, wide16_len, Attend, Dots, KvElem, Matrix, MatrixData, QuantJob, QuantOrder, LANES};
 use crate::kv_cache::{HeadRows, KvHead};
 
 /// Whether the CPU has AVX-512F/BW, and `GPT2_MCU_NO_AVX512` (set and not "0") does not turn
@@ -123,7 +123,7 @@ fn softmax_avx2(x: &mut [f32]) {
 
 #[target_feature(enable = "avx2,f16c")]
 fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-    if linear_quant_avx2(out, x, w, bias, acc, scratch) {
+    if linear_quant_avx2(out, x, w, bias, acc, scratch) || dense_prefill_avx2(out, x, w, bias, acc, scratch) || dense_decode_avx2(out, x, w, bias, acc) {
         return;
     }
     linear_impl(d, out, x, w, bias, acc, scratch)
@@ -179,7 +179,9 @@ fn f16_prefill_widened(d: &Avx512, out: &mut [f32], x: &[f32], w: &Matrix<'_>, b
 
 // SAFETY (every method): an Avx2 exists only when the CPU has AVX2 and F16C.
 impl Dots for Avx2 {
-    const BLOCK4: bool = true;
+    // every f32/f16 call takes dense_prefill_avx2 or dense_decode_avx2 (this is for the q8/q4
+    // shapes the AVX2 kernel declines, the portable loop with these dots)
+    const BLOCK4: bool = false;
     #[inline(always)]
     fn f32(&self, w: &[f32], x: &[f32]) -> f32 {
         unsafe { dot_avx2(w, x) }
@@ -187,14 +189,6 @@ impl Dots for Avx2 {
     #[inline(always)]
     fn f16(&self, w: &[f16], x: &[f32]) -> f32 {
         unsafe { dot_avx2(w, x) }
-    }
-    #[inline(always)]
-    fn f32_4rows(&self, w: [&[f32]; 4], x: &[f32]) -> [f32; 4] {
-        unsafe { dot4_rows_avx2(w, x) }
-    }
-    #[inline(always)]
-    fn f16_4rows(&self, w: [&[f16]; 4], x: &[f32]) -> [f32; 4] {
-        unsafe { dot4_rows_avx2(w, x) }
     }
     #[inline(always)]
     fn i8(&self, a: &[i8], b: &[i8]) -> i32 {
@@ -248,6 +242,20 @@ trait Weight: KvElem {
     /// # Safety
     /// `p` must be readable for 8 elements and the CPU must have AVX2 and F16C.
     unsafe fn load8(p: *const Self) -> __m256;
+    /// The first `n < 8` of 8 elements as f32, the other lanes 0.0; reads only those `n`.
+    ///
+    /// # Safety
+    /// `p` must be readable for `n` elements and the CPU must have AVX2 and F16C.
+    #[inline(always)]
+    unsafe fn load_part8(p: *const Self, n: usize) -> __m256 {
+        let mut v = [0.0f32; 8];
+        for (i, v) in v.iter_mut().enumerate().take(n) {
+            // SAFETY: i < n.
+            *v = unsafe { *p.add(i) }.widen();
+        }
+        // SAFETY: v is [f32; 8] (AVX: the caller's contract).
+        unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
 }
 
 impl Weight for f32 {
@@ -261,6 +269,11 @@ impl Weight for f32 {
         // SAFETY: the caller guarantees 32 readable bytes and AVX2.
         unsafe { _mm256_loadu_ps(p) }
     }
+    #[inline(always)]
+    unsafe fn load_part8(p: *const Self, n: usize) -> __m256 {
+        // SAFETY: the masked load reads the first n floats only (the caller's range; AVX).
+        unsafe { _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) }
+    }
 }
 
 impl Weight for f16 {
@@ -273,6 +286,23 @@ impl Weight for f16 {
     unsafe fn load8(p: *const Self) -> __m256 {
         // SAFETY: the caller guarantees 16 readable bytes and F16C.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_part8(p: *const Self, n: usize) -> __m256 {
+        // SAFETY: the masked load reads the pairs below n / 2 only, the scalar read element
+        // n - 1 (the caller's range); AVX2 and F16C (the caller's contract).
+        unsafe {
+            // the first n / 2 pairs by a masked dword load, an odd last one by itself
+            let pairs = _mm_cmpgt_epi32(_mm_set1_epi32((n / 2) as i32), _mm_setr_epi32(0, 1, 2, 3));
+            let mut v = _mm_maskload_epi32(p.cast(), pairs);
+            if n % 2 == 1 {
+                let last = i32::from(p.add(n - 1).cast::<u16>().read_unaligned());
+                // the half at n - 1 = 2 · (n / 2): the low half of dword n / 2
+                let lane = _mm_cmpeq_epi32(_mm_set1_epi32((n / 2) as i32), _mm_setr_epi32(0, 1, 2, 3));
+                v = _mm_or_si128(v, _mm_and_si128(lane, _mm_set1_epi32(last)));
+            }
+            _mm256_cvtph_ps(v)
+        }
     }
 }
 
@@ -399,7 +429,10 @@ fn dot_i8_avx512(a: &[i8], b: &[i8]) -> i32 {
     _mm512_reduce_add_epi32(acc) + tail
 }
 
-/// [`super::dot_f32`] with two 8-lane AVX registers (lanes 0–7 and 8–15).
+/// [`super::dot_f32`] / [`super::dot_f16`] with two 8-lane AVX registers (lanes 0–7 and
+/// 8–15): the chunks of 16, then the last `n % 16` products in the lanes below it (read by masked
+/// loads; the other lanes add 0 · 0 = +0.0, which leaves them as they were: a lane that starts at
+/// +0.0 and adds products is never -0.0), then the tree of `reduce` in vectors.
 #[target_feature(enable = "avx2,f16c")]
 fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -413,7 +446,272 @@ fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
             hi = _mm256_add_ps(hi, _mm256_mul_ps(W::load8(x.as_ptr().add(8)), _mm256_loadu_ps(y.as_ptr().add(8))));
         }
     }
-    finish(lanes_avx2(lo, hi), ra, rb)
+    let rem = ra.len().min(rb.len());
+    if rem > 0 {
+        let (pa, pb) = (ra.as_ptr(), rb.as_ptr());
+        // SAFETY: ra and rb hold rem elements; the loads read those only.
+        unsafe {
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(load_upto8(pa, rem), load_upto8(pb, rem)));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(load_upto8(pa.wrapping_add(8), rem.saturating_sub(8)), load_upto8(pb.wrapping_add(8), rem.saturating_sub(8))));
+        }
+    }
+    reduce_avx2(lo, hi)
+}
+
+/// f32 / f16 decode (one token) on AVX2: one weight row after the other, each a [`dot_avx2`].
+/// Decode streams every weight once, and on Zen 3 (2 MiB pages) one sequential stream reads at
+/// twice the rate of four rows read side by side (measured: 30 vs 17.5 GB/s for 3 KiB rows,
+/// thread CPU time): the hardware prefetcher follows one stream well and several short ones
+/// badly, and a software prefetch made it worse. Two accumulator chains per row are enough to
+/// keep up with memory. Returns false, having written nothing, for other dtypes or batches.
+#[target_feature(enable = "avx2,f16c")]
+fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool) -> bool {
+    let (rows, cols) = (w.rows, w.cols);
+    if rows == 0 || cols == 0 || x.len() / cols != 1 || out.len() < rows {
+        return false;
+    }
+    let x = x.get(..cols).unwrap_or(&[]);
+    let mut store = |o: usize, y: f32| super::store_out(out, rows, bias, acc, 0, o, y);
+    match w.data {
+        MatrixData::F32(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
+        MatrixData::F16(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
+        MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
+    }
+    true
+}
+
+// ---- f32 / f16 prefill with AVX2 -------------------------------------------------------------
+//
+// Each output is [`super::dot_f32`] (f16: [`super::dot_f16`]): lane i of 16 (two 8-lane
+// registers) adds the products of elements i, i + 16, … in order, then the fixed tree. AVX2
+// has 16 vector registers and an output's 16 lanes take two, so a tile holds 3 weight rows × 2
+// tokens: 12 accumulators, each loaded weight vector feeding two products and each activation
+// vector three. Per 16 columns that is 10 loads, 12 multiplies and 12 adds, which a core with
+// two multiply and two add pipes and 6-wide dispatch (Zen 3) runs in about 6 cycles at best;
+// the 12 chains leave room for the adds' latency.
+//
+// The weights of a tile of rows stay in L1 while the activations of a block of tokens (in L2)
+// pass over them, in pairs. Rows wider than 1024 columns are cut into k-blocks (of whole
+// 16-column chunks) so that a tile's rows still fit: the accumulators of each output are kept
+// across k-blocks and go on where they stopped, so every lane adds the same products in the
+// same order as in one pass.
+
+/// Weight rows × tokens of an AVX2 prefill tile.
+const TILE_ROWS: usize = 3;
+const TILE_TOKENS: usize = 2;
+/// 16-column chunks per k-block (1024 columns: a tile's three f32 rows take 12 KiB of L1).
+const K_CHUNKS: usize = 64;
+/// Tokens per block of activations (at most 256 KiB of them, so they stay in L2).
+const BLOCK_TOKENS: usize = 64;
+
+/// An output's 16 lane sums, in two 8-lane registers.
+type Lanes = [__m256; 2];
+
+/// The lane sums of R weight rows × T tokens `[row][token]`, carried on from `acc` over `chunks`
+/// chunks of 16 elements from `w[r]` and `x[t]` (the products [`dot_avx2`] adds, in its order).
+///
+/// # Safety
+/// Every `w[r]` and `x[t]` must be readable for `16 · chunks` elements; AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn tile_sums_avx2<W: Weight, const R: usize, const T: usize>(mut acc: [[Lanes; T]; R], w: [*const W; R], x: [*const f32; T], chunks: usize) -> [[Lanes; T]; R] {
+    let mut step = |i: usize| {
+        for h in 0..2 {
+            let off = LANES * i + 8 * h;
+            // SAFETY: off + 8 ≤ 16 · chunks (the caller's contract).
+            let xv = x.map(|p| unsafe { _mm256_loadu_ps(p.add(off)) });
+            for (a, &p) in acc.iter_mut().zip(&w) {
+                // SAFETY: as above.
+                let wv = unsafe { W::load8(p.add(off)) };
+                for (a, &xv) in a.iter_mut().zip(&xv) {
+                    if let Some(a) = a.get_mut(h) {
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, xv));
+                    }
+                }
+            }
+        }
+    };
+    // two chunks an iteration (the loop's own instructions take dispatch slots)
+    for i in (0..chunks / 2).map(|i| 2 * i) {
+        step(i);
+        step(i + 1);
+    }
+    if chunks % 2 == 1 {
+        step(chunks - 1);
+    }
+    acc
+}
+
+/// [`super::reduce`] of the 16 lanes in `lo` (0–7) and `hi` (8–15): lanes i + i+8, then
+/// i + i+4, i + i+2, i + i+1 (the same tree, the same bits).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn reduce_avx2(lo: __m256, hi: __m256) -> f32 {
+    let a8 = _mm256_add_ps(lo, hi);
+    let a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps::<1>(a8));
+    let a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+    let a1 = _mm_add_ss(a2, _mm_shuffle_ps::<1>(a2, a2));
+    _mm_cvtss_f32(a1)
+}
+
+/// One f32/f16 prefill call: weights `[rows, cols]`, activations `[tokens, cols]`.
+struct DenseJob<'a, W> {
+    w: &'a [W],
+    x: &'a [f32],
+    cols: usize,
+}
+
+/// Where a tile's k-block sits: chunks `c0..c1` of `chunks`, and whether it is the first or last.
+#[derive(Clone, Copy)]
+struct KBlock {
+    c0: usize,
+    c1: usize,
+    first: bool,
+    last: bool,
+}
+
+impl<W: Weight> DenseJob<'_, W> {
+    /// Rows `o..o+R` × tokens `t..t+T` over one k-block: the accumulators come from `buf`
+    /// (entries `tb..tb+T`, row r of the tile at `[r]`) unless it is the first k-block, and go
+    /// back there unless it is the last, where each output is finished as [`dot_avx2`]
+    /// finishes it and stored.
+    ///
+    /// # Safety
+    /// Rows `o..o+R` and tokens `t..t+T` must be in `w` and `x`, `tb + T ≤ BLOCK_TOKENS`,
+    /// `R ≤ TILE_ROWS`, `kb.c1 ≤ cols / 16`; AVX2 and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tile<const R: usize, const T: usize>(&self, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { w, x, cols } = *self;
+        let zero = [_mm256_setzero_ps(); 2];
+        let mut acc = [[zero; T]; R];
+        if !kb.first {
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (k, a) in a.iter_mut().enumerate() {
+                    *a = buf.get(tb + k).and_then(|b| b.get(r)).copied().unwrap_or(zero);
+                }
+            }
+        }
+        let off = LANES * kb.c0;
+        // SAFETY: rows o..o+R and tokens t..t+T exist and chunks c0..c1 are inside them (the
+        // caller's contract).
+        let (wp, xp) = unsafe { (w.as_ptr().add(off), x.as_ptr().add(off)) };
+        let acc = unsafe { tile_sums_avx2::<W, R, T>(acc, core::array::from_fn(|r| wp.add((o + r) * cols)), core::array::from_fn(|k| xp.add((t + k) * cols)), kb.c1 - kb.c0) };
+        for (r, a) in acc.into_iter().enumerate() {
+            for (k, lanes) in a.into_iter().enumerate() {
+                if !kb.last {
+                    if let Some(b) = buf.get_mut(tb + k).and_then(|b| b.get_mut(r)) {
+                        *b = lanes;
+                    }
+                    continue;
+                }
+                let [lo, hi] = lanes;
+                let (o, t) = (o + r, t + k);
+                let done = LANES * kb.c1;
+                let y = if done == cols {
+                    reduce_avx2(lo, hi)
+                } else {
+                    finish(lanes_avx2(lo, hi), w.get(o * cols + done..(o + 1) * cols).unwrap_or(&[]), x.get(t * cols + done..(t + 1) * cols).unwrap_or(&[]))
+                };
+                store(t, o, y);
+            }
+        }
+    }
+
+    /// Every output of `rows` rows × `tokens` tokens (see the section's comment for the order).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn run(&self, rows: usize, tokens: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let cols = self.cols;
+        if self.w.len() < rows * cols || self.x.len() < tokens * cols {
+            return;
+        }
+        let chunks = cols / LANES;
+        let nk = chunks.div_ceil(K_CHUNKS).max(1);
+        let kc = chunks.div_ceil(nk); // chunks per k-block, balanced
+        let block_tokens = (256 * 1024 / (4 * kc.max(1) * LANES)).clamp(TILE_TOKENS, BLOCK_TOKENS) / TILE_TOKENS * TILE_TOKENS;
+        let full_rows = rows / TILE_ROWS * TILE_ROWS;
+        let row_bytes = cols * core::mem::size_of::<W>();
+        let mut buf = [[[_mm256_setzero_ps(); 2]; TILE_ROWS]; BLOCK_TOKENS];
+        for t0 in (0..tokens).step_by(block_tokens) {
+            let t1 = (t0 + block_tokens).min(tokens);
+            let token_tiles = (t1 - t0).div_ceil(TILE_TOKENS);
+            for o in (0..full_rows).step_by(TILE_ROWS).chain(full_rows..rows) {
+                let nr = if o < full_rows { TILE_ROWS } else { 1 };
+                for k in 0..nk {
+                    let kb = KBlock { c0: k * kc, c1: ((k + 1) * kc).min(chunks), first: k == 0, last: k + 1 == nk };
+                    // the weights after this k-block of these rows (the next k-block, else the
+                    // next rows' first), asked for over this block's token tiles so that they
+                    // come from memory once, ahead of use
+                    let (next_row, next_c0, next_c1) = if kb.last { (o + nr, 0, kc.min(chunks)) } else { (o, kb.c1, ((k + 2) * kc).min(chunks)) };
+                    let next = self.w.as_ptr().cast::<u8>().wrapping_add(next_row * row_bytes + next_c0 * LANES * core::mem::size_of::<W>());
+                    let seg = (next_c1 - next_c0) * LANES * core::mem::size_of::<W>(); // bytes of each row
+                    // in address order, one row's segment after the other (one stream at a
+                    // time: the memory system follows it better than three side by side)
+                    let per_row = seg.div_ceil(64).max(1);
+                    let lines = (per_row * TILE_ROWS).div_ceil(token_tiles);
+                    for (i, t) in (t0..t1).step_by(TILE_TOKENS).enumerate() {
+                        for l in i * lines..(i + 1) * lines {
+                            let (r, line) = (l / per_row, l % per_row);
+                            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * row_bytes + 64 * line).cast());
+                        }
+                        let tb = t - t0;
+                        // SAFETY: o + nr ≤ rows, t + (1 or 2) ≤ t1 ≤ tokens, tb + 2 ≤
+                        // BLOCK_TOKENS, chunks c0..c1 ≤ cols / 16 (sizes checked above).
+                        unsafe {
+                            match (nr == TILE_ROWS, t + TILE_TOKENS <= t1) {
+                                (true, true) => self.tile::<TILE_ROWS, TILE_TOKENS>(o, t, tb, kb, &mut buf, store),
+                                (true, false) => self.tile::<TILE_ROWS, 1>(o, t, tb, kb, &mut buf, store),
+                                (false, true) => self.tile::<1, TILE_TOKENS>(o, t, tb, kb, &mut buf, store),
+                                (false, false) => self.tile::<1, 1>(o, t, tb, kb, &mut buf, store),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// f32 / f16 prefill (≥ 2 tokens) on AVX2 tiles. f16 weights are widened to f32 a block of
+/// rows at a time into `scratch` when it holds a tile's rows (exact, so the products are the
+/// same; paid once per batch instead of once per tile), else widened in the tiles. Returns
+/// false, having written nothing, for other dtypes or one token (decode's four-row loop).
+#[target_feature(enable = "avx2,f16c")]
+fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) -> bool {
+    let (rows, cols) = (w.rows, w.cols);
+    if rows == 0 || cols == 0 {
+        return false;
+    }
+    let tokens = (x.len() / cols).min(out.len() / rows);
+    if tokens < TILE_TOKENS {
+        return false;
+    }
+    let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, acc, t, o, y);
+    match w.data {
+        MatrixData::F32(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
+        MatrixData::F16(data) => {
+            let block_rows = (scratch.len() / cols).min(256 * 1024 / (4 * cols)).min(rows) / TILE_ROWS * TILE_ROWS;
+            if block_rows == 0 {
+                DenseJob { w: data, x, cols }.run(rows, tokens, &mut store);
+                return true;
+            }
+            for (b, src) in data.get(..rows * cols).unwrap_or(&[]).chunks(block_rows * cols).enumerate() {
+                let Some(wide) = scratch.get_mut(..src.len()) else { break };
+                let (dst8, dst_rest) = wide.as_chunks_mut::<8>();
+                let (src8, src_rest) = src.as_chunks::<8>();
+                for (dc, sc) in dst8.iter_mut().zip(src8) {
+                    // SAFETY: sc holds 8 f16 and dc 8 f32 (F16C: this function's feature).
+                    unsafe { _mm256_storeu_ps(dc.as_mut_ptr(), f16::load8(sc.as_ptr())) };
+                }
+                dst_rest.iter_mut().zip(src_rest).for_each(|(dv, sv)| *dv = sv.to_f32());
+                let row0 = b * block_rows;
+                DenseJob { w: &*wide, x, cols }.run(src.len() / cols, tokens, &mut |t, o, y| store(t, row0 + o, y));
+            }
+        }
+        MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
+    }
+    true
 }
 
 /// The AVX2 kernels' two 8-lane registers (lanes 0–7, 8–15) as the portable 16 lanes.
@@ -427,36 +725,6 @@ fn lanes_avx2(lo: __m256, hi: __m256) -> [f32; LANES] {
         _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
     }
     lanes
-}
-
-/// Four [`dot_avx2`]s of four weight rows against one token (decode): eight accumulators (a
-/// row's lanes 0–7 and 8–15) in flight, the weights asked for ahead. Each result is
-/// bit-identical to the single dot.
-#[target_feature(enable = "avx2,f16c")]
-fn dot4_rows_avx2<W: Weight>(ws: [&[W]; 4], x: &[f32]) -> [f32; 4] {
-    let n = ws.iter().fold(x.len(), |n, r| n.min(r.len()));
-    let wc = ws.map(|r| r.get(..n).unwrap_or(&[]).as_chunks::<LANES>());
-    let (xc, rx) = x.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
-    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-    for (i, xc) in xc.iter().enumerate() {
-        // SAFETY: xc is [f32; 16].
-        let (x0, x1) = unsafe { (_mm256_loadu_ps(xc.as_ptr()), _mm256_loadu_ps(xc.as_ptr().add(8))) };
-        for ([a0, a1], (w, _)) in acc.iter_mut().zip(&wc) {
-            if let Some(w) = w.get(i) {
-                // decode streams the weights once: ask for them ahead (see PREFETCH_BYTES)
-                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().cast::<u8>().wrapping_add(PREFETCH_BYTES).cast());
-                // SAFETY: w holds 16 weights.
-                let (w0, w1) = unsafe { (W::load8(w.as_ptr()), W::load8(w.as_ptr().add(8))) };
-                *a0 = _mm256_add_ps(*a0, _mm256_mul_ps(w0, x0));
-                *a1 = _mm256_add_ps(*a1, _mm256_mul_ps(w1, x1));
-            }
-        }
-    }
-    let mut out = [0.0f32; 4];
-    for ((o, [a0, a1]), (_, rw)) in out.iter_mut().zip(acc).zip(&wc) {
-        *o = finish(lanes_avx2(a0, a1), rw, rx);
-    }
-    out
 }
 
 // ---- attention (f32 / f16 / int8 KV cache) ---------------------------------------------------
@@ -477,42 +745,188 @@ impl Attend for Avx2 {
     }
     #[inline(always)]
     fn scores_f32(&self, q: &[f32], keys: &HeadRows<'_, f32>, scale: f32, scores: &mut [f32]) {
-        for (x, k) in scores.iter_mut().zip(keys.rows()) {
-            // SAFETY: an Avx2 exists only when the CPU has AVX2.
-            *x = unsafe { dot_avx2(k, q) } * scale;
-        }
+        // SAFETY: an Avx2 exists only when the CPU has AVX2 and F16C.
+        unsafe { scores_avx2(q, keys, scale, scores) }
     }
     #[inline(always)]
     fn scores_f16(&self, q: &[f32], keys: &HeadRows<'_, f16>, scale: f32, scores: &mut [f32]) {
-        for (x, k) in scores.iter_mut().zip(keys.rows()) {
-            // SAFETY: an Avx2 exists only when the CPU has AVX2 and F16C.
-            *x = unsafe { dot_avx2(k, q) } * scale;
-        }
+        // SAFETY: as above.
+        unsafe { scores_avx2(q, keys, scale, scores) }
+    }
+    #[inline(always)]
+    fn mix_f32(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f32>) {
+        // SAFETY: as above.
+        unsafe { mix_avx2(out, weights, values) }
     }
     #[inline(always)]
     fn mix_f16(&self, out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
         // SAFETY: as above.
-        unsafe { mix_f16_avx2(out, weights, values) }
+        unsafe { mix_avx2(out, weights, values) }
     }
 }
 
-/// The portable `mix_rows` for f16 values: `out_i = Σ_s w_s · v_s,i` in order of s from 0
-/// (per element: add the product, no FMA), eight elements widened at a time.
+/// Up to 8 elements at `p` as f32 (`n` of them; the lanes from `n` on are 0.0), reading only
+/// those `n`.
+///
+/// # Safety
+/// `p` must be readable for `n ≤ 8` elements; AVX2 and F16C.
+#[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn mix_f16_avx2(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, f16>) {
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for (&w, row) in weights.iter().zip(values.rows()) {
-        let wv = _mm256_set1_ps(w);
-        let (o8, o_rest) = out.as_chunks_mut::<8>();
-        let (v8, v_rest) = row.as_chunks::<8>();
-        for (o, v) in o8.iter_mut().zip(v8) {
-            // SAFETY: o is [f32; 8] and v holds 8 f16.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_add_ps(_mm256_loadu_ps(o.as_ptr()), _mm256_mul_ps(wv, f16::load8(v.as_ptr())))) };
+unsafe fn load_upto8<W: Weight>(p: *const W, n: usize) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe { if n >= 8 { W::load8(p) } else { W::load_part8(p, n) } }
+}
+
+/// A query of D elements for the AVX2 key dots: its chunks of 16, and the last `D % 16`
+/// elements padded with zeros.
+struct QueryAvx2<'a> {
+    chunks: &'a [[f32; LANES]],
+    tail: [__m256; 2],
+    rem: usize,
+}
+
+impl QueryAvx2<'_> {
+    /// The 16 lane sums [`super::dot_f32`] / [`super::dot_f16`] build for `row · q` before their
+    /// tree (lanes 0–7, 8–15): each chunk's products in order, then the tail's in lanes below
+    /// `rem`; the lanes from `rem` on add 0 · 0 = +0.0, which leaves them as they were (a lane
+    /// that starts at +0.0 and adds products is never -0.0).
+    ///
+    /// # Safety
+    /// `row` must be readable for `16 · chunks.len() + rem` elements; AVX2 and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn lane_sums<W: Weight>(&self, row: *const W) -> [__m256; 2] {
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (c, qc) in self.chunks.iter().enumerate() {
+            // SAFETY: elements 16c..16c+16 are in the caller's range; qc is [f32; 16].
+            unsafe {
+                let p = row.add(LANES * c);
+                lo = _mm256_add_ps(lo, _mm256_mul_ps(W::load8(p), _mm256_loadu_ps(qc.as_ptr())));
+                hi = _mm256_add_ps(hi, _mm256_mul_ps(W::load8(p.add(8)), _mm256_loadu_ps(qc.as_ptr().add(8))));
+            }
         }
-        for (o, v) in o_rest.iter_mut().zip(v_rest) {
-            *o += w * v.to_f32();
+        if self.rem > 0 {
+            let p = row.wrapping_add(LANES * self.chunks.len());
+            // SAFETY: elements 16 · chunks.len() + j, j < rem, are in the caller's range.
+            let (k0, k1) = unsafe { (load_upto8(p, self.rem), load_upto8(p.wrapping_add(8), self.rem.saturating_sub(8))) };
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(k0, self.tail[0]));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(k1, self.tail[1]));
+        }
+        [lo, hi]
+    }
+}
+
+/// `scores[s] = dot(q, keys[s]) · scale` with the lane sums and reduction tree of
+/// [`super::dot_f32`] (f32) / [`super::dot_f16`] (f16), bit for bit: eight positions' trees side
+/// by side (step k of `reduce` for the eight at once), the rest one by one.
+#[target_feature(enable = "avx2,f16c")]
+fn scores_avx2<W: Weight>(q: &[f32], keys: &HeadRows<'_, W>, scale: f32, scores: &mut [f32]) {
+    let d = keys.width().min(q.len());
+    let n = keys.len().min(scores.len());
+    let (chunks, tail) = q.get(..d).unwrap_or(&[]).as_chunks::<LANES>();
+    let mut padded = [0.0f32; LANES];
+    padded.iter_mut().zip(tail).for_each(|(p, &t)| *p = t);
+    // SAFETY: padded is [f32; 16].
+    let query = QueryAvx2 { chunks, tail: unsafe { [_mm256_loadu_ps(padded.as_ptr()), _mm256_loadu_ps(padded.as_ptr().add(8))] }, rem: tail.len() };
+    let (base, stride) = (keys.data().as_ptr(), keys.stride());
+    // SAFETY (every `lane_sums(row(s))` below): s < n ≤ keys.len(), so row s (width ≥ d elements
+    // at s · stride) lies inside keys.data() (the HeadRows invariant).
+    let row = |s: usize| base.wrapping_add(s * stride);
+    let scale8 = _mm256_set1_ps(scale);
+    let (blocks, rest) = scores.get_mut(..n).unwrap_or(&mut []).as_chunks_mut::<8>();
+    for (b, out) in blocks.iter_mut().enumerate() {
+        let s0 = 8 * b;
+        // ask for the next block's rows (see `prefetch_row`)
+        for s in s0 + 8..s0 + 16 {
+            prefetch_row(row(s), d);
+        }
+        // step 1 (lane i + lane i+8) of each position: a8[p]
+        let a8: [__m256; 8] = core::array::from_fn(|p| {
+            let [lo, hi] = unsafe { query.lane_sums(row(s0 + p)) };
+            _mm256_add_ps(lo, hi)
+        });
+        // step 2 (i + i+4): positions p, p+1 in the two 128-bit halves
+        let mut a4 = [_mm256_setzero_ps(); 4];
+        for (a, &[x, y]) in a4.iter_mut().zip(a8.as_chunks::<2>().0) {
+            *a = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(x, y), _mm256_permute2f128_ps::<0x31>(x, y));
+        }
+        // step 3 (i + i+2): per half, [x0+x2, x1+x3] of one position, then of another
+        let mut a2 = [_mm256_setzero_ps(); 2];
+        for (a, &[x, y]) in a2.iter_mut().zip(a4.as_chunks::<2>().0) {
+            *a = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(x, y), _mm256_shuffle_ps::<0xEE>(x, y));
+        }
+        // step 4 (i + i+1): element j of half h holds position (h + 2·(j % 2) + 4·(j / 2))
+        let a1 = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(a2[0], a2[1]), _mm256_shuffle_ps::<0xDD>(a2[0], a2[1]));
+        let sums = _mm256_permutevar8x32_ps(a1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: out is [f32; 8].
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sums, scale8)) };
+    }
+    let done = blocks.len() * 8;
+    for (s, x) in rest.iter_mut().enumerate() {
+        // SAFETY: see above (done + s < n).
+        let [lo, hi] = unsafe { query.lane_sums(row(done + s)) };
+        *x = reduce_avx2(lo, hi) * scale;
+    }
+}
+
+/// `out_i = Σ_s weights[s] · values[s]_i` in order of s, from 0: blocks of up to 64 elements
+/// whose sums stay in eight registers across all positions (the last vector of a head that is
+/// not a multiple of 8 wide is read in part).
+#[target_feature(enable = "avx2,f16c")]
+fn mix_avx2<W: Weight>(out: &mut [f32], weights: &[f32], values: &HeadRows<'_, W>) {
+    out.iter_mut().for_each(|o| *o = 0.0);
+    let d = values.width().min(out.len());
+    let n = weights.len().min(values.len());
+    let weights = weights.get(..n).unwrap_or(&[]);
+    let (base, stride) = (values.data().as_ptr(), values.stride());
+    for (b, o) in out.get_mut(..d).unwrap_or(&mut []).chunks_mut(64).enumerate() {
+        // SAFETY: elements 64b..64b + o.len() ≤ d ≤ width of rows s < n ≤ values.len() lie inside
+        // values.data() (the HeadRows invariant).
+        unsafe {
+            let col = base.wrapping_add(64 * b);
+            match o.len().div_ceil(8) {
+                8 => mix_block_avx2::<W, 8>(o, weights, col, stride),
+                7 => mix_block_avx2::<W, 7>(o, weights, col, stride),
+                6 => mix_block_avx2::<W, 6>(o, weights, col, stride),
+                5 => mix_block_avx2::<W, 5>(o, weights, col, stride),
+                4 => mix_block_avx2::<W, 4>(o, weights, col, stride),
+                3 => mix_block_avx2::<W, 3>(o, weights, col, stride),
+                2 => mix_block_avx2::<W, 2>(o, weights, col, stride),
+                _ => mix_block_avx2::<W, 1>(o, weights, col, stride),
+            }
         }
     }
+}
+
+/// `out` (8(N-1) < len ≤ 8N elements) = `Σ_s weights[s]` · the elements at `col + s · stride`,
+/// in order of s.
+///
+/// # Safety
+/// For every s < weights.len(), `col + s · stride` must be readable for `out.len()` elements;
+/// AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn mix_block_avx2<W: Weight, const N: usize>(out: &mut [f32], weights: &[f32], col: *const W, stride: usize) {
+    let len = out.len().min(8 * N);
+    let last = len - 8 * (N - 1); // elements of the last vector, 1..=8
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (s, &w) in weights.iter().enumerate() {
+        let (w, row) = (_mm256_set1_ps(w), col.wrapping_add(s * stride));
+        prefetch_row(row.wrapping_add(KV_AHEAD * stride), len);
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: the elements read are below len in row s (the caller's contract).
+            let v = unsafe { if k + 1 < N { W::load8(row.add(8 * k)) } else { load_upto8(row.add(8 * k), last) } };
+            *a = _mm256_add_ps(*a, _mm256_mul_ps(w, v));
+        }
+    }
+    let mut all = [0.0f32; 64];
+    for (k, a) in acc.iter().enumerate() {
+        if let Some(dst) = all.get_mut(8 * k..8 * k + 8) {
+            // SAFETY: dst holds 8 floats.
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *a) };
+        }
+    }
+    out.iter_mut().zip(all).for_each(|(o, a)| *o = a);
 }
 
 impl Attend for Avx512 {
@@ -808,7 +1222,7 @@ const KV_AHEAD: usize = 8;
 /// so decode's attention waited on every row. A prefetch never faults: past the cache's end
 /// it does nothing.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "sse")]
 fn prefetch_row<W>(row: *const W, n: usize) {
     let (p, bytes) = (row.cast::<u8>(), n * core::mem::size_of::<W>());
     for off in (0..bytes).step_by(64) {
@@ -843,7 +1257,7 @@ unsafe fn mix_block<W: Weight, const N: usize>(out: &mut [[f32; LANES]], weights
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::tests::quant_linear_matches_portable;
+    use crate::kernels::tests::{quant_linear_matches_portable, quant_linear_matches_portable_in_groups};
 
     #[test]
     fn simd_f16_and_i8_dots_equal_portable() {
@@ -911,37 +1325,44 @@ mod tests {
         }
     }
 
-    /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill) and the AVX2 one
-    /// must give the portable bits for f32 and f16, with row and token counts that leave
-    /// remainders and more than one row block.
+    /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill) and
+    /// the AVX2 one (four-rows decode, 3 × 2 tiles in row blocks, f16 widened in blocks when
+    /// the scratch holds 3 rows, else in the tiles) must give the portable bits for f32 and
+    /// f16, with row and token counts that leave remainders and more than one row block, and
+    /// widths with and without a remainder of 16.
     #[test]
     fn simd_dense_linear_is_bit_identical_to_portable() {
-        let Some(d) = Avx512::detect() else {
-            return;
-        };
-        for &(rows, cols) in &[(1usize, 16usize), (7, 33), (9, 64), (170, 768), (6, 3072)] {
+        let (avx512, avx2) = (Avx512::detect(), Avx2::detect());
+        for &(rows, cols) in &[(1usize, 16usize), (7, 33), (9, 64), (170, 768), (6, 3072), (5, 1000), (4, 8), (4, 1100)] {
             let w: std::vec::Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
             let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
             let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.25 - 1.0).collect();
-            // 8 and more tokens with scratch: f16 widens blocks of rows first (blocks of 4 to
-            // 64 rows, the last one partial; 6 × 3072 with 4 rows of scratch: blocks of 4 + 2)
-            for (tokens, scratch_rows) in [(1usize, 0usize), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3)] {
+            // 8 and more tokens with scratch: f16 widens blocks of rows first (AVX-512: blocks
+            // of 4 to 64 rows, the last one partial; 6 × 3072 with 4 rows of scratch: blocks of
+            // 4 + 2; AVX2 from 2 tokens and 3 rows of scratch); AVX2 cuts rows wider than 1024
+            // into k-blocks (3072: 3, 1100: 2 with a remainder of 12) and 67 tokens into
+            // blocks of 64 + 3
+            for (tokens, scratch_rows) in [(1usize, 0usize), (2, 0), (2, 3), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3), (7, 2), (67, 5)] {
                 let x: std::vec::Vec<f32> = (0..tokens * cols).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
                 let mats = [Matrix { rows, cols, data: MatrixData::F32(&w) }, Matrix { rows, cols, data: MatrixData::F16(&wh) }];
                 for m in &mats {
-                    let mut fast = std::vec![0.5f32; tokens * rows];
-                    let mut slow = fast.clone();
-                    let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
-                    d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                    let mut slow = std::vec![0.5f32; tokens * rows];
                     linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, true, &mut []);
-                    let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
                     let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
-                    assert_eq!(f, s, "rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows}");
-                    if let Some(a2) = Avx2::detect() {
-                        let mut fast2 = std::vec![0.5f32; tokens * rows];
-                        a2.linear(&mut fast2, &x, m, &bias, true, &mut scratch);
-                        let f2: std::vec::Vec<u32> = fast2.iter().map(|v| v.to_bits()).collect();
-                        assert_eq!(f2, s, "AVX2: rows {rows} cols {cols} tokens {tokens}");
+                    let what = std::format!("rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows} f16 {}", matches!(m.data, MatrixData::F16(_)));
+                    if let Some(d) = &avx512 {
+                        let mut fast = std::vec![0.5f32; tokens * rows];
+                        let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
+                        d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                        let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(f, s, "AVX-512: {what}");
+                    }
+                    if let Some(d) = &avx2 {
+                        let mut fast = std::vec![0.5f32; tokens * rows];
+                        let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
+                        d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                        let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(f, s, "AVX2: {what}");
                     }
                 }
             }
@@ -1028,17 +1449,38 @@ mod tests {
     }
 
     /// The AVX2 q8/q4 `linear` must give the portable kernel's bits for every shape it takes
-    /// (rows of whole blocks of 8 groups; 1 to 9 tokens: tiles of 4 and the rest; extreme
-    /// values, bias, accumulate) and decline the others without writing.
+    /// (rows of whole blocks of 8 groups; 1 to 17 tokens: blocks of 8 and the rest; more rows
+    /// than one block of 256 KiB of weights; extreme values, bias, accumulate) and decline the
+    /// others without writing.
     #[test]
     fn avx2_quant_linear_is_bit_identical_to_portable() {
         if Avx2::detect().is_none() {
             return;
         }
-        let takes = |_q4: bool, cols: usize| cols.is_multiple_of(256);
+        // q8: any rows of groups of 32 whose padded int16 activations fit the scratch a session
+        // gives (a row of one group does not); q4: rows of whole blocks of 8 groups
+        let room = |cols: usize, group: usize| super::super::wide16_scratch_len(cols, group) <= super::super::quant_scratch_len(cols, crate::model::MIN_GROUP);
+        let takes = |q4: bool, cols: usize| if q4 { cols.is_multiple_of(256) } else { room(cols, 32) };
         // SAFETY: AVX2 and F16C are present (checked).
         let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
-        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96)], &[1, 2, 3, 4, 5, 8, 9], takes, avx2);
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
+        quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
+        // q8 with other groups (the shipped model's 28; 4..=32, a multiple of 4: masked loads,
+        // groups padded in the activations, blocks of 1 to 8 groups); q4 declines them. Rows of
+        // 4 groups of 16 or more (112, 80, 64 columns) take plain loads for the pairs with a row
+        // after them and masked ones for a last pair (6 and 4 rows) or none (5 rows)
+        for (group, shapes) in [(28usize, &[(5usize, 112usize), (6, 112), (3, 28), (2, 252), (4, 448)][..]), (4, &[(3, 36)][..]), (20, &[(3, 100), (2, 360), (4, 80)][..]), (16, &[(3, 48), (2, 256), (4, 64)][..])] {
+            let q8_only = |q4: bool, cols: usize| !q4 && room(cols, group);
+            quant_linear_matches_portable_in_groups(13, group, shapes, &[1, 2, 9], q8_only, avx2);
+            // and with the room the padded layout needs, which such groups take where a caller
+            // gives it
+            let roomy = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, _: &mut [f32]| {
+                let mut scratch = std::vec![0.0f32; x.len() / m.cols * super::super::wide16_scratch_len(m.cols, group)];
+                avx2(out, x, m, bias, acc, &mut scratch)
+            };
+            quant_linear_matches_portable_in_groups(14, group, shapes, &[1, 2, 9], |q4, _| !q4, roomy);
+        }
     }
 
     /// The shapes `linear_quant_vnni` takes (group 32): q8 rows of whole 64-byte vectors, q4 rows
@@ -1087,7 +1529,7 @@ pub(super) fn has_avx512vnni() -> bool {
 pub(super) fn linear_quant_vnni(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
     let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
     let multiple = |q4| if q4 { 128 } else { 64 };
-    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums }) = quant_job(x, out.len(), w, VNNI_GROUP, multiple, order, scratch) else {
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, .. }) = quant_job(x, out.len(), w, VNNI_GROUP, multiple, order, scratch) else {
         return false;
     };
     let row_bytes = if q4 { cols / 2 } else { cols };
@@ -1412,123 +1854,452 @@ fn reduce512(v: __m512) -> f32 {
 
 // ---- q8 / q4 with AVX2 ------------------------------------------------------------------------
 //
-// For CPUs with AVX2 and no AVX-512 VNNI. The group sums are exact i32, as everywhere: q8
-// weights and activations are widened to i16 and multiplied in pairs (`vpmaddwd`, exact for
-// every int8 value); q4 nibbles (stored q + 8, 0..15) meet the activations in `vpmaddubsw`,
-// whose i16 pair sums stay below 2 · 15 · 128 (no saturation), then `vpmaddwd` by ones, and
-// the + 8 is taken off with the activation sums. Eight groups' partial sums fold into one
-// vector of eight group sums, which then take `combine_groups`' float steps lane for lane
-// (group g into lane g mod 16: lanes 0–7 and 8–15 in two registers), then the same tree.
-// Rows of whole blocks of 8 groups of 32 only (GPT-2's 768 and 3072); others go portable.
+// For CPUs with AVX2 and no AVX-512 VNNI. The group sums are exact i32, as everywhere:
+// - q8: two groups' weights at a time are widened to int16 times 256 by `vpunpcklbw`/
+//   `vpunpckhbw` with zero (each 128-bit half from one group), the activations were widened to
+//   int16 in the same order once per call ([`QuantOrder::Wide16`]), and `vpmaddwd` multiplies
+//   them in pairs: every sum is exact (|256 · w · x| · 32 < 2³¹) and a multiple of 256, and one
+//   arithmetic shift takes the 256 off.
+// - q4: the nibbles (stored q + 8, 0..15) meet the activations in `vpmaddubsw`, whose i16 pair
+//   sums stay below 2 · 15 · 127 (no saturation; two of them added, below 2¹⁵), then `vpmaddwd`
+//   by ones, and the + 8 is taken off with the activation sums.
+// Either way one vector holds the partial sums of two groups (lanes 0–3 and 4–7); four of them
+// fold with unpacks and adds (`vphaddd` is three micro-ops on one port) and a permute into one
+// vector of eight group sums per block of 8 groups, which then take `combine_groups`' float
+// steps lane for lane (group g into lane g mod 16: lanes 0–7 and 8–15 in two registers), then
+// the same tree.
+//
+// Prefill keeps a block of rows (≤ 256 KiB of weights) in L2 and the activations of a block of 8
+// tokens in L1; each row's weights are loaded and widened once per block of tokens. Rows of whole
+// blocks of 8 groups of 32 only (GPT-2's 768 and 3072); others go portable.
 
 /// Groups per AVX2 block.
 const AVX2_BLOCK: usize = 8;
+/// Tokens per block of activations in q8/q4 prefill (q8: int16, 1.5 KiB a token at 768 columns).
+const QUANT_TOKENS: usize = 8;
+
+/// Lanes 0–3 `a0+a2, b0+b2, a1+a3, b1+b3` (and so in lanes 4–7): one step of folding the partial
+/// sums of two groups, a and b, into one vector.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fold32(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+}
+
+/// Lanes 0–3 `a0+a2, a1+a3, b0+b2, b1+b3` (and so in lanes 4–7): the next step, after [`fold32`].
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fold64(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
+}
 
 /// q8 / q4 `linear` (group 32, cols a multiple of 256) with AVX2. Returns false, having
 /// written nothing, for other dtypes and shapes or a short scratch.
 #[target_feature(enable = "avx2,f16c")]
 fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) -> bool {
-    let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Natural };
-    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums }) = quant_job(x, out.len(), w, VNNI_GROUP, |_| AVX2_BLOCK * VNNI_GROUP, order, scratch) else {
+    // q8: groups of 4..=32 values, a multiple of 4 (masked dword loads for groups below 32);
+    // q4: groups of 32, rows of whole blocks of 8 groups
+    let group = match w.data {
+        MatrixData::Q8 { group, .. } if group % 4 == 0 && (4..=32).contains(&group) => group,
+        _ => VNNI_GROUP,
+    };
+    let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Wide16 };
+    let multiple = |q4| if q4 { AVX2_BLOCK * VNNI_GROUP } else { group };
+    let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, wide }) = quant_job(x, out.len(), w, group, multiple, order, scratch) else {
         return false;
     };
     let row_bytes = if q4 { cols / 2 } else { cols };
-    let a = RowQuant { q4, cols, gpr, q: q.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
-    for o in 0..rows {
-        // SAFETY: row o has `row_bytes` bytes and `gpr` scales (checked above).
-        let (wrow, wsc) = unsafe { (data.as_ptr().add(o * row_bytes), scales.as_ptr().add(o * gpr)) };
-        let tiled = tokens / TOKEN_TILE * TOKEN_TILE;
-        for t0 in (0..tiled).step_by(TOKEN_TILE) {
-            // SAFETY: tokens t0..t0+4 < tokens have their activations (checked above).
-            let ys = unsafe { if q4 { a.row_avx2::<true, TOKEN_TILE>(wrow, wsc, t0) } else { a.row_avx2::<false, TOKEN_TILE>(wrow, wsc, t0) } };
-            for (k, y) in ys.into_iter().enumerate() {
-                super::store_out(out, rows, bias, accumulate, t0 + k, o, y);
+    let full = group == VNNI_GROUP && gpr % AVX2_BLOCK == 0;
+    let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
+    let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
+    let block_rows = (256 * 1024 / row_bytes).max(1);
+    for r0 in (0..rows).step_by(block_rows) {
+        let r1 = (r0 + block_rows).min(rows);
+        for t0 in (0..tokens).step_by(QUANT_TOKENS) {
+            let nt = (tokens - t0).min(QUANT_TOKENS);
+            // SAFETY: rows r0..r1 ≤ rows have `row_bytes` bytes and `gpr` scales each, and tokens
+            // t0..t0+nt ≤ tokens their activations (all checked by quant_job).
+            unsafe {
+                if q4 {
+                    match nt {
+                        1 => a.rows_q4::<1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        _ => a.rows_q4::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                    }
+                } else if gpr <= 4 {
+                    // rows of at most 4 groups: two rows a block; with 4 groups of 16 or more,
+                    // plain loads (not masked ones) for every pair with a row after it (a
+                    // group's 32-byte read stays inside the matrix)
+                    let pairs_end = r0 + (r1 - r0) / 2 * 2;
+                    let plain_end = if gpr == 4 && group >= 16 { (r0 + rows.saturating_sub(2).saturating_sub(r0).div_ceil(2) * 2).min(pairs_end) } else { r0 };
+                    let (wp, sp) = (data.as_ptr(), scales.as_ptr());
+                    match nt {
+                        1 => {
+                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
+                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                        }
+                        _ => {
+                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
+                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                        }
+                    }
+                    if pairs_end < r1 {
+                        match nt {
+                            1 => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
+                            _ => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
+                        }
+                    }
+                } else {
+                    match (full, nt) {
+                        (true, 1) => a.rows_q8::<true, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (true, _) => a.rows_q8::<true, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (false, 1) => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (false, _) => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                    }
+                }
             }
-        }
-        for t in tiled..tokens {
-            // SAFETY: as above, token t < tokens.
-            let [y] = unsafe { if q4 { a.row_avx2::<true, 1>(wrow, wsc, t) } else { a.row_avx2::<false, 1>(wrow, wsc, t) } };
-            super::store_out(out, rows, bias, accumulate, t, o, y);
         }
     }
     true
 }
 
-/// The AVX2 rows of a [`linear_quant_avx2`] call (its activations as [`RowQuant`] holds them
-/// for VNNI).
-impl RowQuant {
-    /// One weight row against tokens t0..t0+NT, blocks of 8 groups, weights loaded once per
-    /// block for the NT tokens (AVX2).
-    ///
-    /// # Safety
-    /// `wrow`/`wsc` must hold one row (`cols` or `cols/2` bytes, `gpr` scales), `gpr` a
-    /// multiple of 8, and tokens t0..t0+NT must exist in `q`, `xs`, `sums`.
-    #[inline(never)]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn row_avx2<const Q4: bool, const NT: usize>(&self, wrow: *const u8, wsc: *const f32, t0: usize) -> [f32; NT] {
-        let Self { cols, gpr, q, xs, sums, .. } = *self;
-        let mut acc = [[_mm256_setzero_ps(); 2]; NT];
-        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
-        for b in 0..gpr / AVX2_BLOCK {
-            let g0 = b * AVX2_BLOCK;
-            // SAFETY (every raw read): groups g0..g0+8 are inside the row and each token's
-            // activations (the caller's contract).
-            let wblk = unsafe { wrow.add(if Q4 { g0 * 16 } else { g0 * 32 }) };
-            for line in 0..if Q4 { 2 } else { 4 } {
-                _mm_prefetch::<_MM_HINT_T1>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
-            }
-            // q4: four vectors of two groups' nibbles (low = even elements, high = odd);
-            // q8: eight groups' weights as i16, two vectors each
-            let mut wv = [_mm256_setzero_si256(); 16];
-            if Q4 {
-                for (c, pair) in wv.as_chunks_mut::<2>().0.iter_mut().take(4).enumerate() {
-                    let p = unsafe { _mm256_loadu_si256(wblk.add(32 * c).cast()) };
-                    *pair = [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)];
-                }
-            } else {
-                for (i, v) in wv.iter_mut().enumerate() {
-                    *v = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(wblk.add(16 * i).cast()) });
-                }
-            }
-            let sw = unsafe { _mm256_loadu_ps(wsc.add(g0)) };
-            for (k, acc) in acc.iter_mut().enumerate() {
-                let t = t0 + k;
-                let xt = unsafe { q.add(t * cols + g0 * 32) };
-                let isum = if Q4 {
-                    // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each),
-                    // then their odd ones; the pair of groups 2c, 2c+1 sits at 32(c % 2) of
-                    // its 128-block (c / 2)
-                    let mut s = [_mm256_setzero_si256(); 4];
-                    for ((c, s), &[lo, hi]) in s.iter_mut().enumerate().zip(wv.as_chunks::<2>().0) {
-                        let base = unsafe { xt.add(128 * (c / 2) + 32 * (c % 2)) };
-                        let (even, odd) = unsafe { (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast())) };
-                        *s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, even), ones), _mm256_madd_epi16(_mm256_maddubs_epi16(hi, odd), ones));
-                    }
-                    // s[c]: lanes 0–3 group 2c, 4–7 group 2c+1 (partial sums)
-                    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-                    // h: groups 0, 2, 4, 6 | 1, 3, 5, 7
-                    _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
-                } else {
-                    let mut v = [_mm256_setzero_si256(); 8];
-                    for ((g, v), &[w0, w1]) in v.iter_mut().enumerate().zip(wv.as_chunks::<2>().0) {
-                        let (x0, x1) = unsafe { (_mm256_cvtepi8_epi16(_mm_loadu_si128(xt.add(32 * g).cast())), _mm256_cvtepi8_epi16(_mm_loadu_si128(xt.add(32 * g + 16).cast()))) };
-                        *v = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-                    }
-                    // v[g]: eight partial sums of group g; halves of 4 groups each, then whole
-                    let b0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-                    let b1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-                    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(b0, b1), _mm256_permute2x128_si256::<0x31>(b0, b1))
-                };
-                // q4: take off the + 8 of the stored nibbles, 8 · Σx per group
-                let isum = if Q4 { _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(unsafe { _mm256_loadu_si256(sums.add(t * gpr + g0).cast()) })) } else { isum };
-                let sx = unsafe { _mm256_loadu_ps(xs.add(t * gpr + g0)) };
-                let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx));
-                let [lo, hi] = acc;
-                let half = if b % 2 == 0 { lo } else { hi };
-                *half = _mm256_add_ps(*half, term);
-            }
-        }
-        acc.map(|[lo, hi]| reduce(lanes_avx2(lo, hi)))
-    }
+/// The quantized activations of a [`linear_quant_avx2`] call.
+struct Avx2Quant {
+    cols: usize,
+    gpr: usize,
+    group: usize,
+    /// Halves of `wide` per token ([`wide16_len`]).
+    x_stride: usize,
+    /// q4: int8 values `[T, cols]` in [`QuantOrder::Q4Pairs`] order.
+    q: *const i8,
+    /// q8: int16 values in [`QuantOrder::Wide16`] order, `x_stride` a token.
+    wide: *const i16,
+    /// Scales `[T, gpr]`.
+    xs: *const f32,
+    /// Sums of the int8 values `[T, gpr]`.
+    sums: *const i32,
 }
 
+/// The first `n` of 4 dword lanes set (a `vpmaskmovd` mask).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mask4(n: usize) -> __m128i {
+    _mm_cmpgt_epi32(_mm_set1_epi32(n as i32), _mm_setr_epi32(0, 1, 2, 3))
+}
+
+/// The first `n` of 8 dword lanes set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mask8(n: usize) -> __m256i {
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+}
+
+/// Two q8 groups at `p` and `p + group` as int16 times 256 in the [`QuantOrder::Wide16`] order
+/// of a pair: `[x 0–15 | y 0–15]` and `[x 16–31 | y 16–31]`, each widened in two; `mx`, `my`:
+/// each group's dword masks of its bytes 0–15 and 16–31 (masked lanes are not read, and 0).
+/// PLAIN: the masks are ignored and each group's 32 bytes from its start are read whole; the
+/// bytes past a group (the next group's, or the next row's) then meet the zeros its
+/// activations are padded with in [`QuantOrder::Wide16`], so they add exactly 0 to the integer
+/// sums, and the result is the masked one's.
+///
+/// # Safety
+/// The bytes the masks keep (PLAIN: `p..p + group + 32`) must be readable; AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn widen_pair<const PLAIN: bool>(p: *const u8, group: usize, mx: [__m128i; 2], my: [__m128i; 2]) -> [__m256i; 4] {
+    let zero = _mm256_setzero_si256();
+    let q = p.wrapping_add(group);
+    // SAFETY: the caller's contract.
+    let load = |p: *const u8, m: __m128i| unsafe { if PLAIN { _mm_loadu_si128(p.cast()) } else { _mm_maskload_epi32(p.cast(), m) } };
+    let (lo, hi) = (
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(p, mx[0])), load(q, my[0])),
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(p.wrapping_add(16), mx[1])), load(q.wrapping_add(16), my[1])),
+    );
+    [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)]
+}
+
+/// The partial sums of a pair of groups (lanes 0–3: the first, 4–7: the second; times 256): its
+/// widened weights `w` against the pair's 64 int16 activations at `x`.
+///
+/// # Safety
+/// `x` must be readable for 64 halves; AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn pair_sums(w: &[__m256i; 4], x: *const i16) -> __m256i {
+    let [w0, w1, w2, w3] = *w;
+    // SAFETY: the caller's contract.
+    let [x0, x1, x2, x3] = unsafe { [0, 16, 32, 48].map(|k| _mm256_loadu_si256(x.add(k).cast())) };
+    let (a, b) = (_mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1)), _mm256_add_epi32(_mm256_madd_epi16(w2, x2), _mm256_madd_epi16(w3, x3)));
+    _mm256_add_epi32(a, b)
+}
+
+impl Avx2Quant {
+    /// q8 rows `rows` (of `wrows`/`wsc`, the matrix's bytes and scales) against tokens
+    /// t0..t0+nt (nt ≤ NT; NT = 1 for decode keeps everything in registers): per block of 8 groups, the row's weights are loaded and widened once
+    /// and used for the nt tokens. FULL: groups of 32 and whole blocks (plain loads); else any
+    /// group of 4..=32 values, a multiple of 4: a group's bytes are read with masked dword loads
+    /// (nothing past it is touched), and the groups missing from the last block are zero in the
+    /// weights, the activations' padding and the scales, so their lanes add +0.0 (a lane that
+    /// starts at +0.0 and adds products never holds -0.0, so that changes nothing).
+    ///
+    /// # Safety
+    /// The rows must exist (`cols` bytes, `gpr` scales each) and tokens t0..t0+nt must exist in
+    /// `wide` (`x_stride` halves each) and `xs`; FULL only with groups of 32 and `gpr` a multiple
+    /// of 8; AVX2.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_q8<const FULL: bool, const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, group, .. } = *self;
+        let nt = nt.min(NT);
+        // masked loads (groups below 32; the last, partial block): the dword masks of each
+        // group's bytes 0–15 and 16–31, all clear for the groups a block does not have, so the
+        // loads take no branch and touch only a row's own bytes
+        let masks_for = |ng: usize| -> [[__m128i; 2]; AVX2_BLOCK] {
+            core::array::from_fn(|g| {
+                let n = if g < ng { group } else { 0 };
+                [mask4(n.min(16) / 4), mask4(n.saturating_sub(16) / 4)]
+            })
+        };
+        let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
+        let (full_masks, last_masks) = (masks_for(AVX2_BLOCK), masks_for(gpr - full));
+        let plain = FULL || group == VNNI_GROUP;
+        for o in rows {
+            // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
+            let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
+            let (mut lo, mut hi) = ([_mm256_setzero_ps(); NT], [_mm256_setzero_ps(); NT]);
+            // blocks in pairs: group g goes to lane g % 16
+            for g0 in (0..full).step_by(AVX2_BLOCK) {
+                let acc = if (g0 / AVX2_BLOCK).is_multiple_of(2) { &mut lo } else { &mut hi };
+                // SAFETY: the caller's contract (groups g0..g0+8 of the row and the tokens).
+                unsafe { self.block_q8::<NT>(wrow, wsc, g0, AVX2_BLOCK, if plain { None } else { Some(&full_masks) }, t0, nt, acc) };
+            }
+            if !FULL && full < gpr {
+                let acc = if (full / AVX2_BLOCK).is_multiple_of(2) { &mut lo } else { &mut hi };
+                // SAFETY: as above, groups full..gpr.
+                unsafe { self.block_q8::<NT>(wrow, wsc, full, gpr - full, Some(&last_masks), t0, nt, acc) };
+            }
+            for (t, (lo, hi)) in lo.into_iter().zip(hi).enumerate().take(nt) {
+                store(t0 + t, o, reduce_avx2(lo, hi));
+            }
+        }
+    }
+
+    /// One block of `ng ≤ 8` groups from group g0 of a q8 row (`wrow`, scales `wsc`) against
+    /// tokens t0..t0+nt, its terms added to `acc` (per token, lanes 0–7 or 8–15 of its sums).
+    /// `masks`: None for whole groups of 32 (plain loads), else each group's dword masks (see
+    /// [`Self::rows_q8`]).
+    ///
+    /// # Safety
+    /// Groups g0..g0+ng of the row and of tokens t0..t0+nt must exist; with None, ng = 8 and
+    /// groups of 32; AVX2.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn block_q8<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g0: usize, ng: usize, masks: Option<&[[__m128i; 2]; AVX2_BLOCK]>, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
+        let Self { gpr, group, x_stride, wide, xs, .. } = *self;
+        // SAFETY (every raw read): the caller's contract; masked loads touch only the lanes they
+        // keep.
+        unsafe {
+            let zero = _mm256_setzero_si256();
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            let wblk = wrow.wrapping_add(group * g0);
+            // prefill (several tokens a block) asks for the next weights ahead; decode does not:
+            // on Zen 3 the hardware prefetcher alone streams q8 decode faster (GPT-2 124M q8,
+            // paired A/B runs: 84-90 -> 91-96 tok/s), while q4 (half the bytes per weight, so
+            // less time per line) loses a fifth without its prefetch (block_q4)
+            if NT > 1 {
+                for line in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+                }
+            }
+            let fmask = mask8(ng);
+            let sw = if masks.is_none() { _mm256_loadu_ps(wsc.add(g0)) } else { _mm256_maskload_ps(wsc.add(g0), fmask) };
+            let load = |p: *const u8, g: usize, second: bool| match masks {
+                None => _mm_loadu_si128(p.cast()),
+                Some(m) => _mm_maskload_epi32(p.cast(), m.get(g).map_or(_mm_setzero_si128(), |m| if second { m[1] } else { m[0] })),
+            };
+            // per token: the first half block's groups 0–3, folded once (see below)
+            let mut first = [zero; NT];
+            for half in 0..2 {
+                // pairs of groups whose activations exist (the last block may have fewer)
+                let pairs = ng.saturating_sub(4 * half).div_ceil(2).min(2);
+                if pairs == 0 {
+                    // no groups in this half: its sums are zero
+                    for (t, (acc, first)) in acc.iter_mut().zip(&first).enumerate().take(nt) {
+                        let t = t0 + t;
+                        let isum = _mm256_srai_epi32::<8>(_mm256_permutevar8x32_epi32(fold64(*first, zero), order));
+                        let sx = _mm256_maskload_ps(xs.add(t * gpr + g0), fmask);
+                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+                    }
+                    break;
+                }
+                // groups a = 2c, b = 2c+1 (c = 2·half, 2·half+1): [a 0–15 | b 0–15] and
+                // [a 16–31 | b 16–31], each widened in two
+                let w: [[__m256i; 4]; 2] = core::array::from_fn(|c| {
+                    let a = 4 * half + 2 * c;
+                    let (pa, pb) = (wblk.wrapping_add(group * a), wblk.wrapping_add(group * (a + 1)));
+                    let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(pa, a, false)), load(pb, a + 1, false));
+                    let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load(pa.wrapping_add(16), a, true)), load(pb.wrapping_add(16), a + 1, true));
+                    [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)]
+                });
+                for (t, (acc, first)) in acc.iter_mut().zip(&mut first).enumerate().take(nt) {
+                    let t = t0 + t;
+                    let xt = wide.wrapping_add(t * x_stride + 32 * g0 + 128 * half);
+                    // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1 (times 256)
+                    let mut s = [zero; 2];
+                    for (c, (s, w)) in s.iter_mut().zip(&w).enumerate().take(pairs) {
+                        let mut m = [zero; 4];
+                        for (k, (m, &w)) in m.iter_mut().zip(w).enumerate() {
+                            *m = _mm256_madd_epi16(w, _mm256_loadu_si256(xt.add(64 * c + 16 * k).cast()));
+                        }
+                        *s = _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]));
+                    }
+                    let f = fold32(s[0], s[1]);
+                    if half == 0 {
+                        *first = f;
+                        continue;
+                    }
+                    // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+                    let isum = _mm256_srai_epi32::<8>(_mm256_permutevar8x32_epi32(fold64(*first, f), order));
+                    let sx = if masks.is_none() { _mm256_loadu_ps(xs.add(t * gpr + g0)) } else { _mm256_maskload_ps(xs.add(t * gpr + g0), fmask) };
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+                }
+            }
+        }
+    }
+
+    /// [`Self::rows_q8`] for rows of at most 4 groups (the shipped model's 112 columns in groups
+    /// of 28), two rows a block: row a's groups in lanes 0–3, row b's in 4–7, so that the weight
+    /// loads, folds and float steps of a full block serve two rows. Each lane does what it does
+    /// alone. A row's sums stay in lanes 0–3 (its lanes 4–15 are +0.0 throughout), so the tree of
+    /// `reduce` comes to `(l0 + l2) + (l1 + l3)`: its other additions add +0.0 to a lane that is
+    /// never -0.0, which changes nothing; both rows take it at once in their 128-bit halves.
+    ///
+    /// PLAIN: the weights are read with plain loads, 32 bytes from each group's start
+    /// ([`widen_pair`]), which reads up to 32 - group bytes past the second row.
+    ///
+    /// # Safety
+    /// As [`Self::rows_q8`], with `gpr ≤ 4` and an even number of rows; PLAIN only with `gpr ==
+    /// 4`, a group of at least 16 and a row after each pair's second.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows2_q8<const NT: usize, const PLAIN: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, group, x_stride, wide, xs, .. } = *self;
+        let nt = nt.min(NT);
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        // the dword masks of each group's bytes 0–15 and 16–31 (all clear for the groups a row
+        // does not have): the loads below take no branch and touch only a row's own bytes
+        let mask = |g: usize| {
+            let n = if g < gpr { group } else { 0 };
+            [mask4(n.min(16) / 4), mask4(n.saturating_sub(16) / 4)]
+        };
+        let (m0, m1, m2, m3) = (mask(0), mask(1), mask(2), mask(3));
+        let mg = mask4(gpr);
+        let two_pairs = gpr > 2;
+        // SAFETY (every raw read below): the caller's contract; masked loads touch only the
+        // lanes they keep, which lie inside the rows' groups and scales; pair 1 of a token's
+        // activations exists when gpr > 2.
+        for o in rows.step_by(2) {
+            let (wa, wb) = (wrows.wrapping_add(o * cols), wrows.wrapping_add((o + 1) * cols));
+            let sw = unsafe { _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(wsc.add(o * gpr).cast(), mg)), _mm_maskload_epi32(wsc.add((o + 1) * gpr).cast(), mg)) };
+            let sw = _mm256_castsi256_ps(sw);
+            // pairs (a0, a1), (a2, a3), (b0, b1), (b2, b3)
+            let (a01, a23) = unsafe { (widen_pair::<PLAIN>(wa, group, m0, m1), widen_pair::<PLAIN>(wa.wrapping_add(2 * group), group, m2, m3)) };
+            let (b01, b23) = unsafe { (widen_pair::<PLAIN>(wb, group, m0, m1), widen_pair::<PLAIN>(wb.wrapping_add(2 * group), group, m2, m3)) };
+            let mut acc = [_mm256_setzero_ps(); NT];
+            for (t, acc) in acc.iter_mut().enumerate().take(nt) {
+                let t = t0 + t;
+                let xt = wide.wrapping_add(t * x_stride);
+                let (s0, s2) = unsafe { (pair_sums(&a01, xt), pair_sums(&b01, xt)) };
+                let (s1, s3) = if two_pairs { unsafe { (pair_sums(&a23, xt.wrapping_add(64)), pair_sums(&b23, xt.wrapping_add(64))) } } else { (_mm256_setzero_si256(), _mm256_setzero_si256()) };
+                // [a0 a2 b0 b2 | a1 a3 b1 b3], then a0..a3 b0..b3
+                let isum = _mm256_srai_epi32::<8>(_mm256_permutevar8x32_epi32(fold64(fold32(s0, s1), fold32(s2, s3)), order));
+                let sx = unsafe { _mm_castsi128_ps(_mm_maskload_epi32(xs.add(t * gpr).cast(), mg)) };
+                let sx = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(sx), sx);
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+            }
+            for (t, &r) in acc.iter().enumerate().take(nt) {
+                // per 128-bit half: (l0 + l2) + (l1 + l3)
+                let r2 = _mm256_add_ps(r, _mm256_shuffle_ps::<0x4E>(r, r));
+                let r1 = _mm256_add_ps(r2, _mm256_shuffle_ps::<0xB1>(r2, r2));
+                store(t0 + t, o, _mm256_cvtss_f32(r1));
+                store(t0 + t, o + 1, _mm_cvtss_f32(_mm256_extractf128_ps::<1>(r1)));
+            }
+        }
+    }
+
+    /// q4 rows against tokens t0..t0+nt, as [`Self::rows_q8`].
+    ///
+    /// # Safety
+    /// As [`Self::rows_q8`] (rows of `cols / 2` bytes; tokens in `q`, `xs` and `sums`).
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+        let Self { cols, gpr, .. } = *self;
+        let nt = nt.min(NT);
+        for o in rows {
+            // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
+            let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
+            let (mut lo, mut hi) = ([_mm256_setzero_ps(); NT], [_mm256_setzero_ps(); NT]);
+            // blocks in pairs: group g goes to lane g % 16
+            for g0 in (0..gpr).step_by(2 * AVX2_BLOCK) {
+                // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                unsafe { self.block_q4::<NT>(wrow, wsc, g0, t0, nt, &mut lo) };
+                if g0 + AVX2_BLOCK < gpr {
+                    // SAFETY: as above.
+                    unsafe { self.block_q4::<NT>(wrow, wsc, g0 + AVX2_BLOCK, t0, nt, &mut hi) };
+                }
+            }
+            for (t, (lo, hi)) in lo.into_iter().zip(hi).enumerate().take(nt) {
+                store(t0 + t, o, reduce_avx2(lo, hi));
+            }
+        }
+    }
+
+    /// One block of 8 groups from group g0 of a q4 row against tokens t0..t0+nt, its terms added
+    /// to `acc`.
+    ///
+    /// # Safety
+    /// Groups g0..g0+8 of the row and of tokens t0..t0+nt must exist; AVX2.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn block_q4<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g0: usize, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
+        let Self { cols, gpr, q, xs, sums, .. } = *self;
+        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        // SAFETY (every raw read): the caller's contract.
+        unsafe {
+            let wblk = wrow.add(16 * g0);
+            // decode streams the weights once: ask for them PREFETCH_BYTES ahead, into L1 (Zen 3:
+            // 31-32 -> 34 G MAC/s for q4 against T1)
+            for line in 0..2 {
+                _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+            }
+            // four vectors of two groups' nibbles: low = even elements, high = odd
+            let w: [[__m256i; 2]; 4] = [0, 1, 2, 3].map(|c| {
+                let p = _mm256_loadu_si256(wblk.add(32 * c).cast());
+                [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)]
+            });
+            let sw = _mm256_loadu_ps(wsc.add(g0));
+            for (t, acc) in acc.iter_mut().enumerate().take(nt) {
+                let t = t0 + t;
+                let xt = q.add(t * cols + 32 * g0);
+                // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each), then
+                // their odd ones; groups 2c, 2c+1 sit at 32(c % 2) of block c / 2.
+                // s[c]: lanes 0–3 partial sums of group 2c, 4–7 of group 2c+1
+                let mut s = [_mm256_setzero_si256(); 4];
+                for (c, (s, &[lo, hi])) in s.iter_mut().zip(&w).enumerate() {
+                    let base = xt.add(128 * (c / 2) + 32 * (c % 2));
+                    let (even, odd) = (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast()));
+                    *s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd)), ones);
+                }
+                // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+                let isum = _mm256_permutevar8x32_epi32(fold64(fold32(s[0], s[1]), fold32(s[2], s[3])), order);
+                // take off the + 8 of the stored nibbles, 8 · Σx per group
+                let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(_mm256_loadu_si256(sums.add(t * gpr + g0).cast())));
+                let sx = _mm256_loadu_ps(xs.add(t * gpr + g0));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+            }
+        }
+    }
+}
