@@ -573,8 +573,21 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
 # compiled Rust. wall_min/cpu_min: the training loop's wall-clock and CPU time (2 threads);
 # load: the 1-minute load average at the start and end. nats/char: f32, and with the q8 / q4
 # weights the converter makes (Python, same quantizer; the runtime agrees to 2e-4 nats/token).
-EXPLORATION: list[dict] = []
-EXPLORATION_NOTE = ""
+EXPLORATION: list[dict] = [
+    {'name': 'e01_base', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1008512, 'q4': 585600, 'ram': 144320, 'steps': 600, 'batch': 32, 'lr': 0.002, 'other': '', 'wall_min': 26.216666666666665, 'cpu_min': 6.6, 'load': '14.89-7.83', 'f32': 1.7316, 'q8c': 1.7315, 'q4c': 1.7369, 'cmd': '--steps 600 --warmup 60 --log-every 100'},
+    {'name': 'e02_lr4e-3', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1008512, 'q4': 585600, 'ram': 144320, 'steps': 600, 'batch': 32, 'lr': 0.004, 'other': '', 'wall_min': 16.333333333333332, 'cpu_min': 6.666666666666667, 'load': '8.27-10.37', 'f32': 1.6903, 'q8c': 1.6903, 'q4c': 1.6961, 'cmd': '--steps 600 --warmup 60 --log-every 100 --lr 4e-3'},
+    {'name': 'e03_lr8e-3', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1008512, 'q4': 585600, 'ram': 144320, 'steps': 600, 'batch': 32, 'lr': 0.008, 'other': '', 'wall_min': 13.85, 'cpu_min': 6.583333333333333, 'load': '9.06-8.05', 'f32': 1.6842, 'q8c': 1.6842, 'q4c': 1.6913, 'cmd': '--steps 600 --warmup 60 --log-every 100 --lr 8e-3'},
+    {'name': 'e04_b16', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1008512, 'q4': 585600, 'ram': 144320, 'steps': 1200, 'batch': 16, 'lr': 0.006, 'other': '', 'wall_min': 14.083333333333334, 'cpu_min': 6.133333333333334, 'load': '8.03-6.90', 'f32': 1.6327, 'q8c': 1.6328, 'q4c': 1.6411, 'cmd': '--steps 1200 --warmup 120 --log-every 200 --lr 6e-3 --batch-size 16'},
+    {'name': 'e05_v1024_c128', 'L': 4, 'C': 128, 'I': 448, 'V': 1024, 'params': 875008, 'q8': 1019656, 'q4': 585480, 'ram': 156736, 'steps': 600, 'batch': 32, 'lr': 0.008, 'other': '', 'wall_min': 10.05, 'cpu_min': 5.633333333333334, 'load': '6.90-10.68', 'f32': 1.7212, 'q8c': 1.7212, 'q4c': 1.7316, 'cmd': '--steps 600 --warmup 60 --log-every 100 --lr 8e-3 --n-embd 128 --n-inner 448 --vocab 1024'},
+    {'name': 'e06_b8', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1018760, 'q4': 595848, 'ram': 144320, 'steps': 2400, 'batch': 8, 'lr': 0.004, 'other': '', 'wall_min': 12.8, 'cpu_min': 6.583333333333333, 'load': '10.68-4.90', 'f32': 1.6145, 'q8c': 1.6144, 'q4c': 1.623, 'cmd': '--steps 2400 --warmup 240 --log-every 400 --lr 4e-3 --batch-size 8'},
+    {'name': 'e07_v3072', 'L': 4, 'C': 112, 'I': 288, 'V': 3072, 'params': 822560, 'q8': 1000072, 'q4': 591496, 'ram': 147488, 'steps': 2400, 'batch': 8, 'lr': 0.004, 'other': '', 'wall_min': 8.366666666666667, 'cpu_min': 6.1, 'load': '3.76-4.35', 'f32': 1.5942, 'q8c': 1.5942, 'q4c': 1.6045, 'cmd': '--steps 2400 --warmup 240 --log-every 400 --lr 4e-3 --batch-size 8 --n-inner 288 --vocab 3072'},
+    {'name': 'e08_c128_i640', 'L': 4, 'C': 128, 'I': 640, 'V': 2048, 'params': 1203456, 'q8': 1406728, 'q4': 808712, 'ram': 162176, 'steps': 2400, 'batch': 8, 'lr': 0.004, 'other': 'q4 Pico budget', 'wall_min': 15.633333333333333, 'cpu_min': 7.866666666666666, 'load': '4.47-7.98', 'f32': 1.6097, 'q8c': 1.6098, 'q4c': 1.6179, 'cmd': '--steps 2400 --warmup 240 --log-every 400 --lr 4e-3 --batch-size 8 --n-embd 128 --n-inner 640 --pico-dtype q4'},
+    {'name': 'e09_c128_i960', 'L': 4, 'C': 128, 'I': 960, 'V': 2048, 'params': 1532416, 'q8': 1780488, 'q4': 1018632, 'ram': 164416, 'steps': 2400, 'batch': 8, 'lr': 0.004, 'other': 'q4 Pico budget, over budget', 'wall_min': 12.95, 'cpu_min': 9.433333333333334, 'load': '4.37-4.47', 'f32': 1.6077, 'q8c': 1.6077, 'q4c': 1.6151, 'cmd': '--steps 2400 --warmup 240 --log-every 400 --lr 4e-3 --batch-size 8 --n-embd 128 --n-inner 960 --pico-dtype q4 --over-budget'},
+    {'name': 'e10_l5_i256', 'L': 5, 'C': 112, 'I': 256, 'V': 2048, 'params': 787856, 'q8': 948196, 'q4': 557540, 'ram': 176064, 'steps': 2400, 'batch': 8, 'lr': 0.004, 'other': '', 'wall_min': 15.383333333333333, 'cpu_min': 6.783333333333333, 'load': '7.98-9.59', 'f32': 1.6077, 'q8c': 1.6077, 'q4c': 1.6168, 'cmd': '--steps 2400 --warmup 240 --log-every 400 --lr 4e-3 --batch-size 8 --n-layer 5 --n-inner 256'},
+    {'name': 'e12_b32_3000', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1018760, 'q4': 595848, 'ram': 144320, 'steps': 3000, 'batch': 32, 'lr': 0.004, 'other': '', 'wall_min': 43.46666666666667, 'cpu_min': 31.783333333333335, 'load': '6.92-?', 'f32': 1.4678, 'q8c': 1.4678, 'q4c': 1.485, 'cmd': '--steps 3000 --warmup 150 --lr 4e-3 --batch-size 32 --log-every 250'},
+    {'name': 'e13_b32_5000', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1018760, 'q4': 595848, 'ram': 144320, 'steps': 5000, 'batch': 32, 'lr': 0.004, 'other': '', 'wall_min': 43.53333333333333, 'cpu_min': 53.45, 'load': '1.88-?', 'f32': 1.4293, 'q8c': 1.4294, 'q4c': 1.4531, 'cmd': '--steps 5000 --warmup 250 --lr 4e-3 --batch-size 32 --log-every 500'},
+]
+EXPLORATION_NOTE = "Findings, with the numbers above:\n\n- **Learning rate** (600 x 32): 2e-3 1.7315, 4e-3 1.6903, 8e-3 1.6842 nats/char. 4e-3 for the longer runs: 8e-3 gained 0.006 more at 600 steps only.\n- **Batch size at the same CPU budget** (~6.5 CPU minutes): batch 32 x 600 steps 1.6903 (e02), 16 x 1200 1.6328 (e04), 8 x 2400 1.6144 (e06): at a short budget, more and smaller steps win.\n- **Tokenizer size**: V1024 (e05, 4 x 128 to keep the parameters) 1.7212 against V2048's 1.6842 (e03, same steps); V3072 with the MLP narrowed to 288 to stay under 1 MiB 1.5942 against 1.6144 (e06, same steps): a bigger vocabulary helps per character at this horizon.\n- **Width against depth, q4 for twice the parameters**: 4 x 128 with MLP 640 (e08, 1.20M parameters, a q4 Pico blob of 0.81 MB) 1.6098 f32 / 1.6179 q4; MLP 960 (e09, over the budget) 1.6077 / 1.6151; 5 layers with MLP 256 (e10) 1.6077, against the default shape's 1.6144 q8 (e06): at most 0.007, within run-to-run noise, and q4's own cost (+0.5%) takes most of it back.\n- **Context 256 against 128**: not trained: at this width the int8 KV cache alone is 262,144 B at context 256, over the 192 KiB RAM budget.\n- **Quantization-aware fine-tuning** (`--qat q8|q4`): implemented, not run within the budget: q8 costs +0.01% nats/char here, so there is nothing for it to recover; q4 (+1.2%, the nRF52840-DK's blob) is within the 3% allowed.\n- **Longer training** is the lever that moved the number: 3000 x 32 (e12, 31.8 CPU minutes) 1.4678, 5000 x 32 (e13, 53.5 CPU minutes) 1.4293, against the previous model's 1500 x 32 at 1.5631. The **target of 1.40 nats/char is not reached**; the curve (1.563, 1.468, 1.4293 for 1500, 3000, 5000 steps) flattens, and more steps would leave the 60-minute budget on this machine.\n\nThe final model is **e12's run** (its command is the script's defaults, `FINAL` below), not e13's: e13 is better in nats/char (1.4293 f32, 1.4297 for its q8 blob in `host perplexity`), but its q8 blob fails the quantization target that `cargo test` holds the shipped model to (`tests/tests/default_model.rs`: q8 top-1 agreement with f32 >= 98% on the first 4096 validation tokens), and its q4 blob costs +6.6% perplexity against f32. e12's q8 passes that test, but only just: over the first 8192 tokens (`host-tools accuracy`, ACCURACY.md) its agreement is 97.69% (the previous model's 98.68%), while its perplexity cost stays +0.01%. Better-trained models here are sharper and their near-ties flip more often under q8. A short q8 quantization-aware fine-tune (`--qat q8`) of e13 is the next step.\n"
 
 # The previous default model and its exploration (an earlier session), for comparison.
 PREVIOUS = ("The previous default model (4 x 112, V=2048, lr 2e-3, batch 32, 1500 steps, 18 minutes on a "
@@ -595,7 +608,7 @@ def timing_note(t: dict, ref: dict) -> str:
 
 # How the final run was timed (filled in from its log by hand: the load it ran under, and the
 # unshared estimate from a calibration run).
-TIMING_LOAD = "the load it ran under is not recorded"
+TIMING_LOAD = 'load average 6.9 at the start: two helper sessions building, testing and benchmarking, and another training run'
 TIMING_UNSHARED = ""
 
 
@@ -758,7 +771,7 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, rt, val
     (out / "MODEL_CARD.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-EXPLORATION_INTRO = ""
+EXPLORATION_INTRO = "Issue 18's levers, each one run of this script on the shared 2-core machine (AMD EPYC, Zen 3; other sessions' builds, tests and trainings ran throughout, so wall-clock varies ~3x between runs: compare CPU minutes). Short runs (600-2400 steps, ~6-9 CPU minutes each) compare settings; the long runs (e12, e13) measure what more training gives. All on the same data, seed and held-out works; nats/char from the script's own evaluation (transformers, window 128), f32 and with the converter's q8 / q4 weights. Blob sizes and RAM are the script's budget estimates at context 128 with an int8 KV cache.\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1062,8 +1075,8 @@ def main():
 
 
 # The final choice (used as defaults); see MODEL_CARD.md "What was tried".
-FINAL = {"n_layer": 4, "n_embd": 112, "n_head": 4, "n_inner": 0, "vocab": 2048, "steps": 1500,
-         "warmup": 100, "lr": 2e-3, "min_lr_ratio": 0.1, "schedule": "cosine", "dropout": 0.0,
+FINAL = {"n_layer": 4, "n_embd": 112, "n_head": 4, "n_inner": 0, "vocab": 2048, "steps": 3000,
+         "warmup": 150, "lr": 4e-3, "min_lr_ratio": 0.1, "schedule": "cosine", "dropout": 0.0,
          "qat": "none", "qat_steps": 0, "pico_dtype": "q8"}
 
 if __name__ == "__main__":
