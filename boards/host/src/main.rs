@@ -61,20 +61,9 @@ impl ModelArg {
     }
 }
 
+/// The sampler's options, shared by generation and `host trace`.
 #[derive(Args, Clone)]
-struct GenerateArgs {
-    #[command(flatten)]
-    model: ModelArg,
-    /// Prompt text (needs a blob with a tokenizer). Without --prompt or --ids, generation starts
-    /// from the model's beginning-of-text token.
-    #[arg(long, conflicts_with = "ids")]
-    prompt: Option<String>,
-    /// Prompt token ids, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    ids: Option<Vec<u32>>,
-    /// Tokens to generate.
-    #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
-    n: usize,
+pub(crate) struct SamplingArgs {
     /// Always take the most likely token (same as --temperature 0).
     #[arg(long)]
     greedy: bool,
@@ -93,6 +82,37 @@ struct GenerateArgs {
     /// PRNG seed (the same seed draws the same tokens on every target).
     #[arg(long, default_value_t = 42)]
     seed: u64,
+}
+
+impl SamplingArgs {
+    /// The sampler's configuration (`--greedy` is temperature 0).
+    pub(crate) fn config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: if self.greedy { 0.0 } else { self.temperature },
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Prompt text (needs a blob with a tokenizer). Without --prompt or --ids, generation starts
+    /// from the model's beginning-of-text token.
+    #[arg(long, conflicts_with = "ids")]
+    prompt: Option<String>,
+    /// Prompt token ids, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    ids: Option<Vec<u32>>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
+    n: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Stop when this text is generated (it is not printed).
     #[arg(long)]
     stop: Option<String>,
@@ -424,13 +444,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     if prompt.len() > capacity {
         bail!("the prompt has {} tokens but the context holds {capacity} (shorten it or raise --ctx)", prompt.len());
     }
-    let sampler_cfg = SamplerConfig {
-        temperature: if args.greedy { 0.0 } else { args.temperature },
-        top_k: args.top_k,
-        top_p: args.top_p,
-        repetition_penalty: args.repetition_penalty,
-        seed: args.seed,
-    };
+    let sampler_cfg = args.sampling.config();
     let mut sampler = Sampler::<MAX_TOP_K>::new(sampler_cfg).map_err(|e| match e {
         runtime::Error::BadSamplerParam { what } => anyhow::anyhow!(
             "invalid {what:?}: temperature must be ≥ 0, top-k ≤ {MAX_TOP_K}, top-p in (0, 1], repetition penalty > 0"

@@ -17,7 +17,7 @@ use runtime::generate::{generate_observed, Control, GenerateOptions};
 use runtime::kernels;
 use runtime::model::{Matrix, MatrixData};
 use runtime::observe::{write_digest_line, Digests};
-use runtime::sampler::{Sampler, SamplerConfig};
+use runtime::sampler::Sampler;
 use runtime::kv_cache::KvLayout;
 use runtime::{KvCache, KvDType, Session, SessionSizes};
 
@@ -47,24 +47,8 @@ pub struct TraceArgs {
     /// Output directory.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Always take the most likely token (same as --temperature 0).
-    #[arg(long)]
-    greedy: bool,
-    /// Softmax temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.8)]
-    temperature: f32,
-    /// Keep the k most likely tokens (0 = off).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Nucleus sampling threshold in (0, 1] (1 = off).
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    /// Repetition penalty (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    repetition_penalty: f32,
-    /// PRNG seed.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: crate::SamplingArgs,
     /// Storage of the KV cache: f32 (default), f16 or int8.
     #[arg(long, value_enum)]
     kv_dtype: Option<host_tools::plan::KvArg>,
@@ -104,13 +88,7 @@ pub fn cmd_trace(a: &TraceArgs) -> Result<()> {
         (None, Some(ids)) => ids.clone(),
         (None, None) => bail!("give --prompt TEXT or --ids L"),
     };
-    let sampler = SamplerConfig {
-        temperature: if a.greedy { 0.0 } else { a.temperature },
-        top_k: a.top_k,
-        top_p: a.top_p,
-        repetition_penalty: a.repetition_penalty,
-        seed: a.seed,
-    };
+    let sampler = a.sampling.config();
     sampler.validate(trace::MAX_TOP_K).map_err(|_| {
         anyhow::anyhow!("invalid sampling: temperature must be ≥ 0, top-k ≤ {}, top-p in (0, 1], repetition penalty > 0", trace::MAX_TOP_K)
     })?;
