@@ -701,7 +701,7 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, rt, val
     a(f"- AdamW (betas 0.9/0.95, eps 1e-8, weight decay {args.weight_decay} on matrices/embeddings "
       f"only), peak lr {args.lr:g}, linear warmup {args.warmup} steps then {sched} decay to "
       f"{args.min_lr_ratio:g} x peak, gradient clipping 1.0, batch {args.batch_size} random windows "
-      f"of {args.n_ctx} tokens (+1 for the shifted target), float32 on CPU, `torch.set_num_threads(2)`, "
+      f"of {args.n_ctx} tokens (+1 for the shifted target), float32 on CPU, `torch.set_num_threads({args.threads})`, "
       f"`OMP_WAIT_POLICY=PASSIVE`, seeds (python, numpy, torch) = {args.seed}.")
     if t["qat"] != "none":
         a(f"- Quantization-aware training for the {t['qat']} blob in the last **{t['qat_steps']} steps** "
@@ -895,6 +895,8 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--dropout", type=float, default=FINAL["dropout"])
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=FINAL["threads"],
+                    help="torch threads; part of the recipe (other counts can differ in the last bits)")
     ap.add_argument("--log-every", type=int, default=250)
     ap.add_argument("--sample-tokens", type=int, default=100)
     ap.add_argument("--no-card", action="store_true",
@@ -905,7 +907,7 @@ def main():
     args = ap.parse_args()
 
     t_script = time.time()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     import transformers
     from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
@@ -1077,7 +1079,7 @@ def main():
 # The final choice (used as defaults); see MODEL_CARD.md "What was tried".
 FINAL = {"n_layer": 4, "n_embd": 112, "n_head": 4, "n_inner": 0, "vocab": 2048, "steps": 3000,
          "warmup": 150, "lr": 4e-3, "min_lr_ratio": 0.1, "schedule": "cosine", "dropout": 0.0,
-         "qat": "none", "qat_steps": 0, "pico_dtype": "q8"}
+         "qat": "none", "qat_steps": 0, "pico_dtype": "q8", "threads": 2}
 
 if __name__ == "__main__":
     main()
