@@ -254,7 +254,7 @@ def blob_estimate(V: int, n_ctx: int, C: int, L: int, I: int, dtype: str) -> int
     def matrix(rows: int, cols: int) -> int:
         if dtype == "f32":
             return slot(4 * rows * cols)
-        g = pick_group(cols, 32, dtype == "q4")
+        g = pick_group(cols, GROUP[dtype], dtype == "q4")
         values = rows * cols if dtype == "q8" else rows * cols // 2
         return slot((values + 15) // 16 * 16 + 4 * rows * cols // g)
 
@@ -302,6 +302,13 @@ def budget(V: int, n_ctx: int, C: int, L: int, H: int, I: int | None = None, ctx
 MIN_GROUP = 8  # runtime::model::MIN_GROUP
 
 
+# The quantization group of each shipped blob (host-tools convert --group): the converter's
+# default, 32, for both. A smaller q4 group is the lever when the nRF52840-DK's q4 blob falls
+# outside 3% of the Pico's q8: e14's q4 costs +3.0% at group 32 and +2.3% at group 16 (683 KB
+# instead of 591 KB, still inside the nRF's 816 KiB).
+GROUP = {"q8": 32, "q4": 32}
+
+
 def pick_group(cols: int, want: int, four_bit: bool) -> int:
     """host_tools::convert::pick_group: the largest divisor of the row length <= want, >= 8."""
     for g in range(min(want, cols), MIN_GROUP - 1, -1):
@@ -322,14 +329,14 @@ def quantized_matrices(model):
 
 
 @torch.no_grad()
-def fake_quantize(w: torch.Tensor, axis: int, dtype: str, group: int = 32) -> torch.Tensor:
+def fake_quantize(w: torch.Tensor, axis: int, dtype: str, group: int = 0) -> torch.Tensor:
     """runtime::kernels::quantize_group_q8/_q4 then dequantize: per group s = max|x| / 127 (q8)
     or / 7 (q4), q = round-half-away(x / s) clamped, value q * s."""
     four = dtype == "q4"
     lim = 7.0 if four else 127.0
     x = w.transpose(0, 1) if axis == 0 else w  # runtime layout [rows, cols]
     rows, cols = x.shape
-    g = pick_group(cols, group, four)
+    g = pick_group(cols, group or GROUP[dtype], four)
     xg = x.reshape(rows, cols // g, g)
     s = xg.abs().amax(-1, keepdim=True) / lim
     inv = torch.where(s > 0, 1.0 / s, torch.zeros_like(s))
@@ -586,8 +593,9 @@ EXPLORATION: list[dict] = [
     {'name': 'e10_l5_i256', 'L': 5, 'C': 112, 'I': 256, 'V': 2048, 'params': 787856, 'q8': 948196, 'q4': 557540, 'ram': 176064, 'steps': 2400, 'batch': 8, 'lr': 0.004, 'other': '', 'wall_min': 15.383333333333333, 'cpu_min': 6.783333333333333, 'load': '7.98-9.59', 'f32': 1.6077, 'q8c': 1.6077, 'q4c': 1.6168, 'cmd': '--steps 2400 --warmup 240 --log-every 400 --lr 4e-3 --batch-size 8 --n-layer 5 --n-inner 256'},
     {'name': 'e12_b32_3000', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1018760, 'q4': 595848, 'ram': 144320, 'steps': 3000, 'batch': 32, 'lr': 0.004, 'other': '', 'wall_min': 43.46666666666667, 'cpu_min': 31.783333333333335, 'load': '6.92-?', 'f32': 1.4678, 'q8c': 1.4678, 'q4c': 1.485, 'cmd': '--steps 3000 --warmup 150 --lr 4e-3 --batch-size 32 --log-every 250'},
     {'name': 'e13_b32_5000', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1018760, 'q4': 595848, 'ram': 144320, 'steps': 5000, 'batch': 32, 'lr': 0.004, 'other': '', 'wall_min': 43.53333333333333, 'cpu_min': 53.45, 'load': '1.88-?', 'f32': 1.4293, 'q8c': 1.4294, 'q4c': 1.4531, 'cmd': '--steps 5000 --warmup 250 --lr 4e-3 --batch-size 32 --log-every 500'},
+    {'name': 'e14_v3072_i288_7200_qat8', 'L': 4, 'C': 112, 'I': 288, 'V': 3072, 'params': 822560, 'q8': 1000072, 'q4': 591496, 'ram': 147488, 'steps': 7200, 'batch': 32, 'lr': 0.004, 'other': 'QAT q8 (last 500 steps); q4 column at group 32', 'wall_min': 55.18333333333333, 'cpu_min': 92.8, 'load': '1.44-?', 'f32': 1.415, 'q8c': 1.4152, 'q4c': 1.4578, 'cmd': '--steps 7200 --warmup 300 --lr 4e-3 --batch-size 32 --vocab 3072 --n-inner 288 --qat q8 --qat-steps 500 --threads 2 --log-every 400'},
 ]
-EXPLORATION_NOTE = "Findings, with the numbers above:\n\n- **Learning rate** (600 x 32): 2e-3 1.7315, 4e-3 1.6903, 8e-3 1.6842 nats/char. 4e-3 for the longer runs: 8e-3 gained 0.006 more at 600 steps only.\n- **Batch size at the same CPU budget** (~6.5 CPU minutes): batch 32 x 600 steps 1.6903 (e02), 16 x 1200 1.6328 (e04), 8 x 2400 1.6144 (e06): at a short budget, more and smaller steps win.\n- **Tokenizer size**: V1024 (e05, 4 x 128 to keep the parameters) 1.7212 against V2048's 1.6842 (e03, same steps); V3072 with the MLP narrowed to 288 to stay under 1 MiB 1.5942 against 1.6144 (e06, same steps): a bigger vocabulary helps per character at this horizon.\n- **Width against depth, q4 for twice the parameters**: 4 x 128 with MLP 640 (e08, 1.20M parameters, a q4 Pico blob of 0.81 MB) 1.6098 f32 / 1.6179 q4; MLP 960 (e09, over the budget) 1.6077 / 1.6151; 5 layers with MLP 256 (e10) 1.6077, against the default shape's 1.6144 q8 (e06): at most 0.007, within run-to-run noise, and q4's own cost (+0.5%) takes most of it back.\n- **Context 256 against 128**: not trained: at this width the int8 KV cache alone is 262,144 B at context 256, over the 192 KiB RAM budget.\n- **Quantization-aware fine-tuning** (`--qat q8|q4`): implemented, not run within the budget: q8 costs +0.01% nats/char here, so there is nothing for it to recover; q4 (+1.2%, the nRF52840-DK's blob) is within the 3% allowed.\n- **Longer training** is the lever that moved the number: 3000 x 32 (e12, 31.8 CPU minutes) 1.4678, 5000 x 32 (e13, 53.5 CPU minutes) 1.4293, against the previous model's 1500 x 32 at 1.5631. The **target of 1.40 nats/char is not reached**; the curve (1.563, 1.468, 1.4293 for 1500, 3000, 5000 steps) flattens, and more steps would leave the 60-minute budget on this machine.\n\nThe final model is **e12's run** (its command is the script's defaults, `FINAL` below), not e13's: e13 is better in nats/char (1.4293 f32, 1.4297 for its q8 blob in `host perplexity`), but its q8 blob fails the quantization target that `cargo test` holds the shipped model to (`tests/tests/default_model.rs`: q8 top-1 agreement with f32 >= 98% on the first 4096 validation tokens), and its q4 blob costs +6.6% perplexity against f32. e12's q8 passes that test, but only just: over the first 8192 tokens (`host-tools accuracy`, ACCURACY.md) its agreement is 97.69% (the previous model's 98.68%), while its perplexity cost stays +0.01%. Better-trained models here are sharper and their near-ties flip more often under q8. A short q8 quantization-aware fine-tune (`--qat q8`) of e13 is the next step.\n"
+EXPLORATION_NOTE = "Findings, with the numbers above:\n\n- **Learning rate** (600 x 32): 2e-3 1.7315, 4e-3 1.6903, 8e-3 1.6842 nats/char. 4e-3 for the longer runs: 8e-3 gained 0.006 more at 600 steps only.\n- **Batch size at the same CPU budget** (~6.5 CPU minutes): batch 32 x 600 steps 1.6903 (e02), 16 x 1200 1.6328 (e04), 8 x 2400 1.6144 (e06): at a short budget, more and smaller steps win.\n- **Tokenizer size**: V1024 (e05, 4 x 128 to keep the parameters) 1.7212 against V2048's 1.6842 (e03, same steps); V3072 with the MLP narrowed to 288 to stay under 1 MiB 1.5942 against 1.6144 (e06, same steps): a bigger vocabulary helps per character. At the long horizon too: e14 (V3072, 7200 x 32) 1.4150 against e13 (V2048, 5000 x 32) 1.4293.\n- **Width against depth, q4 for twice the parameters**: 4 x 128 with MLP 640 (e08, 1.20M parameters, a q4 Pico blob of 0.81 MB) 1.6098 f32 / 1.6179 q4; MLP 960 (e09, over the budget) 1.6077 / 1.6151; 5 layers with MLP 256 (e10) 1.6077, against the default shape's 1.6144 q8 (e06): at most 0.007, within run-to-run noise, and q4's own cost (+0.5%) takes most of it back.\n- **Context 256 against 128**: not trained: at this width the int8 KV cache alone is 262,144 B at context 256, over the 192 KiB RAM budget.\n- **Quantization-aware fine-tuning** (`--qat q8`, the last 500 of e14's steps, straight-through): the full evaluation just before it, at step 6700, gave f32 1.4146 / q8 1.4146; after it f32 1.4150 / q8 1.4152. q8's cost was already ~0.01% nats/char, so there was nothing to recover there, and it did not lift e14's q8 top-1 agreement with f32 (97.46% on 4096 tokens, below `cargo test`'s 98% floor): the agreement compares the float weights' argmax with the quantized ones', and QAT trains the quantized model, not their agreement.\n- **q4 group size** (a conversion choice, not training): e14's q4 at group 32 costs +3.0% nats/char against its q8 (1.4578), just over the 3% the nRF52840-DK's budget allows; at group 16 (`host-tools convert --dtype q4 --group 16`) +2.3% (1.4483) for a 683 KB blob instead of 591 KB, inside the nRF's 816 KiB (`GROUP` above).\n- **Longer training** is the lever that moved the number most: 3000 x 32 (e12) 1.4678, 5000 x 32 (e13) 1.4293, 7200 x 32 at V3072 (e14, 55.2 minutes wall-clock, 2 threads, load 1.4-1.9) 1.4150, against the previous model's 1500 x 32 at 1.5631. But e14's sampled validation loss (`val~` in its log, every 400 steps) was lowest at step 5600 (4.1008 nats/token) and rose to 4.1405 by step 6400 while the training loss kept falling (3.42 -> 3.36): at ~11 epochs of the 2.0M training tokens the model starts to overfit, so more steps alone will not reach 1.40. **The target of 1.40 nats/char is not reached.** Next: e14 with dropout 0.1 (`--dropout`), which the overfitting calls for.\n\nThe shipped model is still **e12's run** (its command is the script's defaults, `FINAL` below). e13 (1.4293) and e14 (1.4150, the best run) are better in nats/char, but both q8 blobs fail the quantization target `cargo test` holds the shipped model to (`tests/tests/default_model.rs`: q8 top-1 agreement with f32 >= 98% on the first 4096 validation tokens): e13 97.86%, e14 97.46%, while their q8 perplexity cost is +0.01-0.03%. e12 passes it (over 8192 tokens, `host-tools accuracy`, 97.69%). Better-trained models here are sharper, with more near-ties (e14's greedy continuations have top-1 margins down to 0.006 logits), and near-ties flip under any quantization. Shipping e14 needs that target restated, as agreement where the f32 model is not at a near-tie, or as the perplexity cost alone; that is a decision about an earlier issue's target, left open here.\n"
 
 # The previous default model and its exploration (an earlier session), for comparison.
 PREVIOUS = ("The previous default model (4 x 112, V=2048, lr 2e-3, batch 32, 1500 steps, 18 minutes on a "
@@ -796,7 +804,7 @@ def runtime_figures(out: Path, args, val_chars: int) -> dict:
     blobs = {"f32": "model.blob", "q8": "model-q8.blob", "q4": "model-q4.blob"}
     convert_cmds, rows, ppl = [], [], {}
     for dt, name in blobs.items():
-        argv = ["-p", "host-tools", "--", "convert", str(rel), "-o", f"{rel}/{name}"] + ([] if dt == "f32" else ["--dtype", dt])
+        argv = ["-p", "host-tools", "--", "convert", str(rel), "-o", f"{rel}/{name}"] + ([] if dt == "f32" else ["--dtype", dt, "--group", str(GROUP[dt])])
         cargo(*argv)
         convert_cmds.append("cargo run --release -p host-tools -- " + " ".join(argv[3:]))
         text = cargo("-p", "host", "--", "perplexity", "--model", f"{rel}/{name}", "--file", f"{rel}/val.txt")
@@ -970,6 +978,14 @@ def main():
     )
     if args.card_only:
         ref = json.loads((out / "reference" / "reference.json").read_text(encoding="utf-8"))
+        # the blobs' quantization is a conversion choice (GROUP): evaluate q8/q4 again with it
+        qmodel = GPT2LMHeadModel.from_pretrained(out, attn_implementation="eager", dtype=torch.float32).eval()
+        for dt in ("q8", "q4"):
+            with QuantizedWeights(qmodel, dt):
+                qn, qc = sliding_window_nll(qmodel, val_ids, qmodel.config.n_positions)
+            ref["evals"][dt] = {"window": qmodel.config.n_positions, "group": GROUP[dt],
+                                "nats_per_token": qn / qc, "nats_per_char": qn / len(val_text)}
+            print(f"[eval] {dt} (group {GROUP[dt]}): {qn / len(val_text):.4f} nats/char", flush=True)
         rt = runtime_figures(out, args, len(val_text))
         rt["samples_intro"], rt["samples"] = runtime_samples(out)
         rt["timing_note"] = timing_note(ref["training"], ref)

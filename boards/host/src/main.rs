@@ -3,6 +3,7 @@
 //! `host console` (src/console.rs) runs the boards' serial console on stdin and stdout.
 
 mod console;
+mod pool;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,18 @@ use runtime::{KvDType, Model, Session, SessionSizes};
 mod trace;
 
 /// The default model shipped in the repository.
+/// How the demo opens the shipped model's text (`cargo run -p host` with no arguments); the rest
+/// of the demo is `-n 256` with context shift and the sampling defaults. The same as
+/// `host --prompt "$DEMO_PROMPT" --context-shift`.
+const DEMO_PROMPT: &str = demo_prompt!();
+/// The demo's prompt as a literal, for the help text: the firmware's fixed prompt
+/// (`boards/firmware-common/src/settings.rs`), so the demo continues what every board prints.
+macro_rules! demo_prompt {
+    () => {
+        "To be, or not to be, that is the question:"
+    };
+}
+use demo_prompt;
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
 
 /// Candidates the host's sampler can keep (upper bound for --top-k).
@@ -32,7 +45,11 @@ const MAX_TOP_K: usize = 1024;
     name = "host",
     version,
     about = "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs",
-    long_about = "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs.\n\nWith no arguments: the demo. The shipped model streams 256 tokens from its <|endoftext|> token, with context shift, at temperature 0.8, top-k 40, top-p 0.95, seed 42.",
+    long_about = concat!(
+        "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs.\n\nWith no arguments: the demo. The shipped model streams 256 tokens after the boards' prompt, with context shift, at temperature 0.8, top-k 40, top-p 0.95, seed 42: the same as\n  host --prompt '",
+        demo_prompt!(),
+        "' --context-shift"
+    ),
     args_conflicts_with_subcommands = true,
     allow_negative_numbers = true
 )]
@@ -152,31 +169,23 @@ impl ThreadsArg {
             return Ok(None);
         }
         // n - 1 workers: the calling thread runs a share too
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(n - 1).build().context("starting the worker threads")?;
-        Ok(Some(Threads { pool, n }))
+        let pool = pool::Pool::new(n).context("starting the worker threads")?;
+        Ok(Some(Threads { pool }))
     }
 }
 
 /// The desktop's worker threads, lent to a session for its matrix products.
 struct Threads {
-    pool: rayon::ThreadPool,
-    n: usize,
+    pool: pool::Pool,
 }
 
 impl runtime::kernels::Parallel for Threads {
     fn threads(&self) -> usize {
-        self.n
+        self.pool.threads()
     }
 
     fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
-        self.pool.in_place_scope(|s| {
-            for i in 1..n {
-                s.spawn(move |_| task(i));
-            }
-            if n > 0 {
-                task(0);
-            }
-        });
+        self.pool.run(n, task);
     }
 }
 
@@ -433,7 +442,12 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     };
     let capacity = shape.capacity;
     let tok = model.tokenizer();
-    let prompt: Vec<u32> = match (&args.prompt, &args.ids) {
+    // The demo (no --prompt, no --ids) opens the shipped model's text with DEMO_PROMPT; any
+    // other blob starts from its beginning-of-text token.
+    let demo = args.prompt.is_none() && args.ids.is_none();
+    let demo_prompt = (demo && args.model.model.as_os_str() == DEFAULT_MODEL && tok.is_some()).then_some(DEMO_PROMPT);
+    let prompt_text = args.prompt.as_deref().or(demo_prompt);
+    let prompt: Vec<u32> = match (prompt_text, &args.ids) {
         (Some(text), _) => encode(tokenizer(&model)?, text)?,
         (None, Some(ids)) => args.source.given(&model, ids)?,
         (None, None) => vec![cfg.bos_token_id],
@@ -464,7 +478,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     // Echo a text prompt so the stream reads as one text.
-    if let Some(p) = &args.prompt {
+    if let Some(p) = prompt_text {
         write!(out, "{p}")?;
     }
     let stream_text = tok.is_some();
@@ -473,7 +487,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let mut generated = Vec::with_capacity(args.n);
     // The demo (no prompt at all) streams past the context; explicit runs stop at a full
     // context unless --context-shift is given.
-    let context_shift = args.context_shift || (args.prompt.is_none() && args.ids.is_none());
+    let context_shift = args.context_shift || demo;
     let opts = GenerateOptions { max_tokens: args.n, stop_at_eos: !args.ignore_eos, context_shift };
     let t0 = Instant::now();
     let mut first_token_at = None;

@@ -246,3 +246,18 @@ fn bench_prints_its_figures() {
         assert!(line.chars().any(|c| c.is_ascii_digit()) || line.contains("unknown"), "no figure in '{line}'");
     }
 }
+
+/// The demo (`cargo run -p host`, no arguments) is the command its help text names: the shipped
+/// model from the demo prompt with context shift, so a newcomer can reproduce and vary it.
+#[test]
+fn the_demo_is_the_command_its_help_names() {
+    let help = String::from_utf8(host().arg("--help").output().unwrap().stdout).unwrap();
+    let line = help.lines().find(|l| l.contains("host --prompt")).expect("the help names the demo's command");
+    let prompt = line.split('\'').nth(1).expect("the prompt in single quotes").replace("\\n", "\n");
+    let demo = host().args(["-n", "40"]).output().unwrap();
+    assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
+    let same = host().args(["--prompt", &prompt, "--context-shift", "-n", "40"]).output().unwrap();
+    assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
+    assert_eq!(String::from_utf8_lossy(&demo.stdout), String::from_utf8_lossy(&same.stdout));
+    assert!(String::from_utf8_lossy(&demo.stdout).starts_with(&prompt), "the demo echoes its prompt");
+}
