@@ -329,14 +329,14 @@ def quantized_matrices(model):
 
 
 @torch.no_grad()
-def fake_quantize(w: torch.Tensor, axis: int, dtype: str, group: int = 0) -> torch.Tensor:
+def fake_quantize(w: torch.Tensor, axis: int, dtype: str) -> torch.Tensor:
     """runtime::kernels::quantize_group_q8/_q4 then dequantize: per group s = max|x| / 127 (q8)
     or / 7 (q4), q = round-half-away(x / s) clamped, value q * s."""
     four = dtype == "q4"
     lim = 7.0 if four else 127.0
     x = w.transpose(0, 1) if axis == 0 else w  # runtime layout [rows, cols]
     rows, cols = x.shape
-    g = pick_group(cols, group or GROUP[dtype], four)
+    g = pick_group(cols, GROUP[dtype], four)
     xg = x.reshape(rows, cols // g, g)
     s = xg.abs().amax(-1, keepdim=True) / lim
     inv = torch.where(s > 0, 1.0 / s, torch.zeros_like(s))
@@ -991,8 +991,7 @@ def main():
         rt["timing_note"] = timing_note(ref["training"], ref)
         ref["runtime_perplexity"] = rt["ppl"]
         (out / "reference" / "reference.json").write_text(json.dumps(ref, indent=1) + "\n", encoding="utf-8")
-        model = GPT2LMHeadModel.from_pretrained(out, dtype=torch.float32)
-        write_card(out, args, model.config, bud, ref, ref["training"], data_info, rt, val_text)
+        write_card(out, args, qmodel.config, bud, ref, ref["training"], data_info, rt, val_text)
         print("[card] rewrote MODEL_CARD.md, the blobs and reference.json's runtime figures", flush=True)
         return
     args.val_chars = len(val_text)

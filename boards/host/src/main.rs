@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use host_tools::blob_file::{BlobFile, HugeMem};
 use host_tools::plan::{KvArg, Plan, Target};
 use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
@@ -23,18 +23,10 @@ use runtime::{KvDType, Model, Session, SessionSizes};
 mod trace;
 
 /// The default model shipped in the repository.
-/// How the demo opens the shipped model's text (`cargo run -p host` with no arguments); the rest
-/// of the demo is `-n 256` with context shift and the sampling defaults. The same as
-/// `host --prompt "$DEMO_PROMPT" --context-shift`.
-const DEMO_PROMPT: &str = demo_prompt!();
-/// The demo's prompt as a literal, for the help text: the firmware's fixed prompt
-/// (`boards/firmware-common/src/settings.rs`), so the demo continues what every board prints.
-macro_rules! demo_prompt {
-    () => {
-        "To be, or not to be, that is the question:"
-    };
-}
-use demo_prompt;
+/// How the demo opens the shipped model's text (`cargo run -p host` with no arguments): the
+/// firmware's fixed prompt, so the demo continues what every board prints. The rest of the demo
+/// is `-n 256` with context shift and the sampling defaults (the help text names the command).
+const DEMO_PROMPT: &str = firmware_common::settings::PROMPT;
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
 
 /// Candidates the host's sampler can keep (upper bound for --top-k).
@@ -45,11 +37,6 @@ const MAX_TOP_K: usize = 1024;
     name = "host",
     version,
     about = "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs",
-    long_about = concat!(
-        "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs.\n\nWith no arguments: the demo. The shipped model streams 256 tokens after the boards' prompt, with context shift, at temperature 0.8, top-k 40, top-p 0.95, seed 42: the same as\n  host --prompt '",
-        demo_prompt!(),
-        "' --context-shift"
-    ),
     args_conflicts_with_subcommands = true,
     allow_negative_numbers = true
 )]
@@ -118,8 +105,8 @@ impl SamplingArgs {
 struct GenerateArgs {
     #[command(flatten)]
     model: ModelArg,
-    /// Prompt text (needs a blob with a tokenizer). Without --prompt or --ids, generation starts
-    /// from the model's beginning-of-text token.
+    /// Prompt text (needs a blob with a tokenizer). Without --prompt or --ids, the shipped model
+    /// starts from the demo's prompt and any other blob from its beginning-of-text token.
     #[arg(long, conflicts_with = "ids")]
     prompt: Option<String>,
     /// Prompt token ids, comma-separated.
@@ -837,7 +824,11 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let about = format!(
+        "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs.\n\nWith no arguments: the demo. The shipped model streams 256 tokens after the boards' prompt, with context shift, at temperature 0.8, top-k 40, top-p 0.95, seed 42: the same as\n  host --prompt '{DEMO_PROMPT}' --context-shift"
+    );
+    let parsed = Cli::command().long_about(about).try_get_matches().and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind::*;

@@ -132,7 +132,7 @@ fn worker(s: &State) {
         while s.epoch.load(SeqCst) == seen && !s.shutdown.load(SeqCst) {
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 && start.elapsed() > SPIN {
+            if spins.is_multiple_of(256) && start.elapsed() > SPIN {
                 let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
                 s.sleepers.fetch_add(1, SeqCst);
                 while s.epoch.load(SeqCst) == seen && !s.shutdown.load(SeqCst) {
