@@ -438,6 +438,10 @@ def seed_everything(seed: int):
     torch.manual_seed(seed)
 
 
+def attn_dropout(args) -> float:
+    return args.dropout if args.attn_dropout is None else args.attn_dropout
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float, schedule: str = "cosine") -> float:
     """Linear warmup, then cosine (or linear) decay from peak to min_ratio x peak at `total`."""
     if step < warmup:
@@ -563,7 +567,7 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
     info = {"steps": total, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
             "tokens_seen": total * B * T, "batch_size": B, "lr": args.lr, "warmup": args.warmup,
             "schedule": args.schedule, "min_lr_ratio": args.min_lr_ratio, "weight_decay": args.weight_decay,
-            "dropout": args.dropout, "qat": args.qat, "qat_steps": args.qat_steps if args.qat != "none" else 0,
+            "dropout": args.dropout, "attn_dropout": attn_dropout(args), "qat": args.qat, "qat_steps": args.qat_steps if args.qat != "none" else 0,
             "optimizer": "AdamW(betas=(0.9, 0.95), eps=1e-8), grad clip 1.0",
             "before_qat_nats_per_char": before_qat,
             "thread_cpu_seconds": threads, "log": log}
@@ -685,7 +689,7 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, rt, val
     a(f"| vocab_size | {V} |")
     a(f"| parameters | {bud['total_params']:,} ({bud['matrix_params']:,} in matrices, "
       f"{bud['f32_params']:,} LayerNorm/bias) |")
-    a(f"| dropout | {args.dropout} |")
+    a(f"| dropout (embeddings, residual branches / attention weights) | {args.dropout} / {attn_dropout(args)} |")
     a("\n## What the boards ship, and the budget\n")
     a("Budget (issue 18): the Raspberry Pi Pico 2's blob at most 1 MiB with its tokenizer; the "
       f"board session's RAM (arena + int8 KV cache + token window at the firmware's context "
@@ -901,7 +905,10 @@ def main():
     ap.add_argument("--over-budget", action="store_true",
                     help="train even if the shape does not fit the board budgets (exploration)")
     ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--dropout", type=float, default=FINAL["dropout"])
+    ap.add_argument("--dropout", type=float, default=FINAL["dropout"],
+                    help="dropout on the embeddings and the residual branches (and attention unless --attn-dropout)")
+    ap.add_argument("--attn-dropout", type=float, default=FINAL["attn_dropout"],
+                    help="dropout on the attention weights (default: --dropout); 0 keeps the step time near no dropout's")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=FINAL["threads"],
                     help="torch threads; part of the recipe (other counts can differ in the last bits)")
@@ -973,7 +980,7 @@ def main():
         vocab_size=V, n_positions=NCTX, n_embd=C, n_layer=L, n_head=H, n_inner=I,
         # the tanh GELU (= gelu_new) as one fused op: ~5% faster training on CPU
         activation_function="gelu_pytorch_tanh", layer_norm_epsilon=1e-5,
-        resid_pdrop=args.dropout, embd_pdrop=args.dropout, attn_pdrop=args.dropout,
+        resid_pdrop=args.dropout, embd_pdrop=args.dropout, attn_pdrop=attn_dropout(args),
         bos_token_id=eot, eos_token_id=eot, tie_word_embeddings=True,
     )
     if args.card_only:
@@ -1094,6 +1101,7 @@ def main():
 # The final choice (used as defaults); see MODEL_CARD.md "What was tried".
 FINAL = {"n_layer": 4, "n_embd": 112, "n_head": 4, "n_inner": 0, "vocab": 2048, "steps": 3000,
          "warmup": 150, "lr": 4e-3, "min_lr_ratio": 0.1, "schedule": "cosine", "dropout": 0.0,
+         "attn_dropout": None,
          "qat": "none", "qat_steps": 0, "pico_dtype": "q8", "threads": 2}
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ pub trait Parallel: Sync {
 
 /// Below this many multiply-accumulates a [`linear`] stays on one thread (waking the others
 /// costs more than it saves).
-const PARALLEL_MIN_MACS: usize = 1 << 18;
+pub(crate) const PARALLEL_MIN_MACS: usize = 1 << 18;
 
 /// [`linear`] split across `par`'s threads: prefill batches by tokens (each thread gets whole
 /// rows of `x` and `out`), decode by weight rows. Every output is computed by the same code as
@@ -223,8 +223,25 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
     });
 }
 
+/// [`activate`] split across `par`'s threads by whole rows of `width` values (an element-wise
+/// function: the same bits whatever the split). Prefill's MLP hidden layer is `[T, n_inner]`;
+/// below [`PARALLEL_MIN_MACS`] values it stays on one thread.
+pub fn activate_par(par: Option<&dyn Parallel>, x: &mut [f32], width: usize, act: crate::config::Activation) {
+    let threads = par.map_or(1, |p| p.threads());
+    let rows = x.len() / width.max(1);
+    let (Some(par), true) = (par, threads > 1 && rows >= threads && x.len() >= PARALLEL_MIN_MACS / 4) else {
+        return activate(x, act);
+    };
+    let per = rows.div_ceil(threads) * width;
+    let shared = Shared::new(x);
+    par.run(threads, &|i| {
+        // SAFETY: task i alone takes values i·per..(i+1)·per (clamped to the buffer).
+        activate(unsafe { shared.range(i * per, (i + 1) * per) }, act);
+    });
+}
+
 /// A `&mut [f32]` lent to the tasks of a [`linear_par`] call; each task takes a disjoint range.
-struct Shared {
+pub(crate) struct Shared {
     ptr: *mut f32,
     len: usize,
 }
@@ -234,7 +251,7 @@ struct Shared {
 unsafe impl Sync for Shared {}
 
 impl Shared {
-    fn new(buf: &mut [f32]) -> Self {
+    pub(crate) fn new(buf: &mut [f32]) -> Self {
         Self { ptr: buf.as_mut_ptr(), len: buf.len() }
     }
 
@@ -243,7 +260,7 @@ impl Shared {
     /// # Safety
     /// No other live reference may overlap `a..b`.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn range(&self, a: usize, b: usize) -> &mut [f32] {
+    pub(crate) unsafe fn range(&self, a: usize, b: usize) -> &mut [f32] {
         let (a, b) = (a.min(self.len), b.min(self.len));
         // SAFETY: in bounds (clamped), unaliased (the caller's contract).
         unsafe { core::slice::from_raw_parts_mut(self.ptr.add(a), b.saturating_sub(a)) }

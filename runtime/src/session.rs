@@ -311,7 +311,8 @@ impl<'a> Session<'a> {
             // store its k, v (a local layer's ring keeps the last W), attend to what the cache holds
             let scale = cfg.attn_scale(l);
             let ring = self.cache.layout().layer_capacity(l);
-            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate() {
+            let done = !O::ENABLED && attend_par(par, &mut self.cache, (l, p0), qkv, xn, xq, (n_head, d), scale);
+            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate().take(if done { 0 } else { t_len }) {
                 let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
                 self.cache.store(l, p0 + t, k, v);
                 for (h, (q, out_h)) in row.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(n_head).enumerate() {
@@ -331,7 +332,7 @@ impl<'a> Session<'a> {
             let hidden = work.get_mut(..t_len * cfg.n_inner()).unwrap_or(&mut []);
             kernels::linear_par(par, hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false, xq);
             observe::rows(obs, Stage::MlpPre, l, p0, hidden, cfg.n_inner());
-            kernels::activate(hidden, cfg.activation);
+            kernels::activate_par(par, hidden, cfg.n_inner(), cfg.activation);
             observe::rows(obs, Stage::MlpPost, l, p0, hidden, cfg.n_inner());
             // mlp.c_proj, then the residual: x += h · W_projᵀ + b
             observe::product(obs, (Stage::MlpOut, l, p0), par, xn, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, xq);
@@ -359,3 +360,58 @@ impl<'a> Session<'a> {
         }
     }
 }
+
+/// Prefill's causal attention on `par`'s threads: every key and value of the batch is stored
+/// first, then the queries are shared out (token t to task t mod tasks, which evens out the
+/// causal rows' growing lengths), each task with its own score row in `spare` (the int8
+/// activations' scratch, unused between the products). Each (token, head) output is
+/// [`kernels::attention`] on exactly what the one-thread loop gives it, so the bits are the
+/// same. Returns false, having done nothing, where it does not apply: one thread, a short or
+/// small batch, a local layer's ring shorter than the batch's end (storing the whole batch
+/// first would overwrite keys earlier queries read), or too little scratch.
+#[allow(clippy::too_many_arguments)]
+fn attend_par(
+    par: Option<&dyn kernels::Parallel>,
+    cache: &mut KvCache<'_>,
+    (l, p0): (usize, usize),
+    qkv: &[f32],
+    out: &mut [f32],
+    spare: &mut [f32],
+    (n_head, d): (usize, usize),
+    scale: f32,
+) -> bool {
+    let Some(par) = par else { return false };
+    let c = n_head * d;
+    let (threads, t_len) = (par.threads(), qkv.len() / (3 * c).max(1));
+    let end = p0 + t_len;
+    if threads < 2 || t_len < 2 * threads || end > cache.layout().layer_capacity(l) || out.len() < t_len * c {
+        return false;
+    }
+    if t_len.saturating_mul(end).saturating_mul(c) < kernels::PARALLEL_MIN_MACS {
+        return false;
+    }
+    let tasks = (spare.len() / end.max(1)).min(t_len).min(4 * threads);
+    if tasks < threads {
+        return false;
+    }
+    for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
+        cache.store(l, p0 + t, row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
+    }
+    let cache = &*cache;
+    let (outs, scores) = (kernels::Shared::new(out), kernels::Shared::new(spare));
+    par.run(tasks, &|i| {
+        // SAFETY: task i alone takes scores[i·end..(i+1)·end] (inside `spare`: tasks·end ≤ its
+        // length) and the output rows of tokens i, i + tasks, i + 2·tasks, …
+        let s = unsafe { scores.range(i * end, (i + 1) * end) };
+        for t in (i..t_len).step_by(tasks) {
+            let q = qkv.get(t * 3 * c..t * 3 * c + c).unwrap_or(&[]);
+            // SAFETY: as above.
+            let o = unsafe { outs.range(t * c, (t + 1) * c) };
+            for (h, (qh, oh)) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)).take(n_head).enumerate() {
+                kernels::attention(oh, qh, &cache.head(l, h, p0 + t + 1), scale, s);
+            }
+        }
+    });
+    true
+}
+
