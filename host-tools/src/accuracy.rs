@@ -24,6 +24,11 @@ pub struct Row {
     pub nll: f64,
     /// Fraction of positions whose argmax equals f32's.
     pub top1: f64,
+    /// The same over the positions where f32 is decided: its top logit leads the runner-up by
+    /// at least [`DECIDED_MARGIN`].
+    pub top1_decided: f64,
+    /// Fraction of positions where f32 is decided.
+    pub decided: f64,
     /// Mean KL(p_f32 ‖ p_this), nats.
     pub kl: f64,
     /// Max |logit − f32 logit|.
@@ -65,6 +70,24 @@ fn log_softmax(l: &[f32]) -> Vec<f64> {
     l.iter().map(|&v| v as f64 - lse).collect()
 }
 
+/// Logits by which f32's top token must lead its runner-up for a position to count as decided
+/// (e^0.1 ≈ 1.105: closer than that, the float model itself is at a near-tie, and which of the two
+/// wins turns on the last bits of any rounding, quantization's included).
+pub const DECIDED_MARGIN: f32 = 0.1;
+
+/// Top logit minus the runner-up's (0 for fewer than two logits).
+pub fn top_margin(l: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in l {
+        if v > a {
+            (a, b) = (v, a);
+        } else if v > b {
+            b = v;
+        }
+    }
+    if b.is_finite() { a - b } else { 0.0 }
+}
+
 fn argmax(l: &[f32]) -> usize {
     (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b })
 }
@@ -98,10 +121,16 @@ pub fn measure(hf_dir: &Path, text: &str, window: Option<usize>, max_tokens: usi
         let blob = BlobFile::from_bytes(&conv.blob);
         let (rows, _) = scored_logits(&blob, &ids, window, kv)?;
         let (mut nll, mut agree, mut kl, mut max_err) = (0.0f64, 0usize, 0.0f64, 0.0f32);
+        let (mut decided, mut agree_decided) = (0usize, 0usize);
         for ((l, r), (rl, &t)) in rows.iter().zip(&ref_rows).zip(ref_lsm.iter().zip(&targets)) {
             let lsm = log_softmax(l);
             nll -= lsm[t as usize];
-            agree += usize::from(argmax(l) == argmax(r));
+            let same = argmax(l) == argmax(r);
+            agree += usize::from(same);
+            if top_margin(r) >= DECIDED_MARGIN {
+                decided += 1;
+                agree_decided += usize::from(same);
+            }
             kl += rl.iter().zip(&lsm).map(|(&p, &q)| p.exp() * (p - q)).sum::<f64>();
             max_err = l.iter().zip(r).fold(max_err, |m, (a, b)| m.max((a - b).abs()));
         }
@@ -112,6 +141,8 @@ pub fn measure(hf_dir: &Path, text: &str, window: Option<usize>, max_tokens: usi
             blob_bytes: conv.blob.len(),
             nll: nll / k,
             top1: agree as f64 / k,
+            top1_decided: agree_decided as f64 / decided.max(1) as f64,
+            decided: decided as f64 / k,
             kl: kl / k,
             max_err,
         });
@@ -123,19 +154,25 @@ pub fn measure(hf_dir: &Path, text: &str, window: Option<usize>, max_tokens: usi
 pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let base = rows.first().map_or(1.0, |r| r.nll.exp());
-    let _ = writeln!(s, "| weights | KV cache | blob bytes | perplexity | vs f32 | top-1 agreement | mean KL (nats) | max logit error |");
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+    let decided = rows.first().map_or(0.0, |r| r.decided);
+    let _ = writeln!(
+        s,
+        "| weights | KV cache | blob bytes | perplexity | vs f32 | top-1 agreement | where f32 leads by ≥ {DECIDED_MARGIN} ({:.1}% of positions) | mean KL (nats) | max logit error |",
+        decided * 100.0
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let ppl = r.nll.exp();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.4} | {:+.2}% | {:.2}% | {:.2e} | {:.4} |",
+            "| {} | {} | {} | {:.4} | {:+.2}% | {:.2}% | {:.2}% | {:.2e} | {:.4} |",
             r.weights,
             r.kv,
             r.blob_bytes,
             ppl,
             (ppl / base - 1.0) * 100.0,
             r.top1 * 100.0,
+            r.top1_decided * 100.0,
             r.kl,
             r.max_err
         );

@@ -50,11 +50,11 @@ fn verdicts_and_the_one_line_error() {
     // An f32 KV cache at the full context does not fit 256 KiB of RAM.
     let p = Plan::new(&blob(), Target::custom(4 << 20, 256 * 1024), None, Some(KvDType::F32)).unwrap();
     let e = p.error_line().unwrap();
-    assert!(e.starts_with("model does not fit custom: RAM needs 481,216 B, board has 262,144 B (short by 219,072 B); largest context that fits: "), "{e}");
+    assert!(e.starts_with("model does not fit custom: RAM needs 484,384 B, board has 262,144 B (short by 222,240 B); largest context that fits: "), "{e}");
 
     // Regions are named on boards with several.
     let p = Plan::new(&blob(), Target::board(boards::find("qemu-m55").unwrap()), None, None).unwrap();
-    assert!(p.report("b").contains("RAM: fits, headroom 4,049,984 B in SRAM, 515,072 B in RAM"));
+    assert!(p.report("b").contains("RAM: fits, headroom 4,046,816 B in SRAM, 515,072 B in RAM"));
     assert!(p.error_line().is_none());
 }
 

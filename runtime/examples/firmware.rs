@@ -21,7 +21,7 @@ pub static BLOB: &Aligned<[u8]> =
     &Aligned(*include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/default/model-q8.blob")));
 
 /// The shipped model's shape, so that the buffers are sized at compile time.
-pub const CONFIG: Config = Config::gpt2(2048, 128, 112, 4, 4);
+pub const CONFIG: Config = Config { n_inner: 288, ..Config::gpt2(3072, 128, 112, 4, 4) };
 /// Tokens the KV cache holds.
 pub const CAPACITY: usize = 128;
 /// The buffers' sizes: int8 keys and values, one token per prefill batch.

@@ -227,7 +227,8 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
 /// function: the same bits whatever the split). Prefill's MLP hidden layer is `[T, n_inner]`;
 /// below [`PARALLEL_MIN_MACS`] values it stays on one thread.
 pub fn activate_par(par: Option<&dyn Parallel>, x: &mut [f32], width: usize, act: crate::config::Activation) {
-    let threads = par.map_or(1, |p| p.threads());
+    // threads exist on the desktop only: without `std` the split is compiled out of the firmware
+    let threads = if cfg!(feature = "std") { par.map_or(1, |p| p.threads()) } else { 1 };
     let rows = x.len() / width.max(1);
     let (Some(par), true) = (par, threads > 1 && rows >= threads && x.len() >= PARALLEL_MIN_MACS / 4) else {
         return activate(x, act);

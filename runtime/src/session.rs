@@ -311,7 +311,8 @@ impl<'a> Session<'a> {
             // store its k, v (a local layer's ring keeps the last W), attend to what the cache holds
             let scale = cfg.attn_scale(l);
             let ring = self.cache.layout().layer_capacity(l);
-            let done = !O::ENABLED && attend_par(par, &mut self.cache, (l, p0), qkv, xn, xq, (n_head, d), scale);
+            // (threads exist on the desktop only: without `std` this is compiled out of the firmware)
+            let done = cfg!(feature = "std") && !O::ENABLED && attend_par(par, &mut self.cache, (l, p0), qkv, xn, xq, (n_head, d), scale);
             for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate().take(if done { 0 } else { t_len }) {
                 let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
                 self.cache.store(l, p0 + t, k, v);

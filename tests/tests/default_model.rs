@@ -132,7 +132,12 @@ fn validation_loss_matches_transformers() {
 }
 
 /// Targets from the quantization issue, on a slice of the validation text: q8 weights within
-/// 1% of f32 perplexity and ≥ 98% top-1 agreement; int8 KV within 0.5%.
+/// 1% of f32 perplexity; int8 KV within 0.5%; and top-1 agreement with f32, restated for the
+/// trained models (issue 18): ≥ 99.5% at the positions where f32 is decided, its top logit
+/// leading the runner-up by ≥ `DECIDED_MARGIN` (0.1). The quantization issue asked ≥ 98% at
+/// every position; the better-trained default models are at near-ties at ~12% of positions,
+/// where any rounding can flip the argmax, and miss that (e12 97.69%, e14 97.46% over the
+/// validation text) while their q8 perplexity cost is +0.01%. Overall agreement is printed.
 #[test]
 fn q8_weights_and_int8_kv_meet_the_accuracy_targets() {
     let f32_blob = blob("model.blob");
@@ -145,22 +150,33 @@ fn q8_weights_and_int8_kv_meet_the_accuracy_targets() {
     let kv8 = host_tools::eval::perplexity(&m32, &ids, w, KvDType::I8).unwrap().perplexity();
     assert!(q8 / base - 1.0 < 0.01, "q8 perplexity {q8} vs f32 {base}");
     assert!((kv8 / base - 1.0).abs() < 0.005, "int8 KV perplexity {kv8} vs f32 {base}");
-    // top-1 agreement over the first windows
+    // top-1 agreement over the 4096 tokens, window by window
     let cfg = m32.config();
-    let mut agree = (0usize, 0usize);
-    for chunk in ids.chunks(w).take(8) {
+    let (mut agree, mut decided) = ((0usize, 0usize), (0usize, 0usize));
+    for chunk in ids.chunks(w) {
         let run = |m: &runtime::Model<'_>| {
             let sizes = SessionSizes::new(cfg, w, 32);
             let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
             let mut s = Session::new(m, &mut arena, &mut kv, w).unwrap();
             let mut top = Vec::new();
-            s.prefill_each(chunk, |_, l| top.push((0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }))).unwrap();
+            s.prefill_each(chunk, |_, l| {
+                top.push(((0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }), host_tools::accuracy::top_margin(l)))
+            })
+            .unwrap();
             top
         };
         let (a, b) = (run(&m32), run(&m8));
-        agree.0 += a.iter().zip(&b).filter(|(x, y)| x == y).count();
-        agree.1 += a.len();
+        for ((x, margin), (y, _)) in a.iter().zip(&b) {
+            agree.0 += usize::from(x == y);
+            agree.1 += 1;
+            if *margin >= host_tools::accuracy::DECIDED_MARGIN {
+                decided.0 += usize::from(x == y);
+                decided.1 += 1;
+            }
+        }
     }
-    let frac = agree.0 as f64 / agree.1 as f64;
-    assert!(frac >= 0.98, "q8 top-1 agreement {frac}");
+    let (frac, frac_decided) = (agree.0 as f64 / agree.1 as f64, decided.0 as f64 / decided.1.max(1) as f64);
+    println!("q8 top-1 agreement {frac:.4} over {} positions; {frac_decided:.4} over the {} where f32 is decided", agree.1, decided.1);
+    assert!(decided.1 * 4 >= agree.1 * 3, "f32 decided at only {} of {} positions", decided.1, agree.1);
+    assert!(frac_decided >= 0.995, "q8 top-1 agreement {frac_decided} where f32 is decided ({} positions)", decided.1);
 }
