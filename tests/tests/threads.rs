@@ -47,7 +47,7 @@ fn check(name: &str, shape: RandomShape, prompt_len: usize) {
     let dir = std::env::temp_dir().join(format!("gpt2-mcu-threads-{name}-{}", std::process::id()));
     write_random(&dir, shape, 7).unwrap();
     let v = shape.vocab_size;
-    let ids: Vec<u32> = (0..prompt_len as u32 + 4).map(|i| (i * 2654435761u32.wrapping_add(i)) % v).collect();
+    let ids: Vec<u32> = (0..prompt_len as u32 + 4).map(|i| i.wrapping_mul(2654435761).wrapping_add(i) % v).collect();
     let (prompt, rest) = ids.split_at(prompt_len);
     for dtype in [WeightDType::F32, WeightDType::F16, WeightDType::Q8, WeightDType::Q4] {
         let blob = convert(&dir, &ConvertOptions { dtype, ..ConvertOptions::default() }).unwrap().blob;
