@@ -451,6 +451,34 @@ def lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float, sch
     return peak * (min_ratio + (1 - min_ratio) * shape)
 
 
+@torch.no_grad()
+def full_val(model, val_ids: list[int], W: int, chars: int) -> float:
+    """Validation nats/char of the model as it is now (eval mode for the measurement)."""
+    was_training = model.training
+    model.eval()
+    nats = sliding_window_nll(model, val_ids, W)[0] / chars
+    model.train(was_training)
+    return nats
+
+
+class swapped:
+    """Puts `other`'s values into `params` for the duration of a with block."""
+
+    def __init__(self, params, other):
+        self.params, self.other = params, other
+
+    def __enter__(self):
+        with torch.no_grad():
+            self.saved = [p.detach().clone() for p in self.params]
+            for p, o in zip(self.params, self.other):
+                p.copy_(o)
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for p, s in zip(self.params, self.saved):
+                p.copy_(s)
+
+
 def evaluate_dtypes(model, val_ids: list[int], W: int, chars: int) -> dict:
     """Validation nats/char of the float weights and of the q8 and q4 blobs' weights."""
     was_training = model.training
@@ -510,6 +538,12 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
     t_int, c_int = t0, c0
     log, run_loss, run_n = [], 0.0, 0
     before_qat = None
+    # Polyak average of the weights (shipped instead of the last step's when --ema > 0); it
+    # reads the weights only, so the trained weights are the same with or without it
+    params = [p for p in model.parameters()]
+    ema = [p.detach().clone() for p in params] if args.ema > 0 else None
+    # other decays, for comparison only: logged with --eval-every and saved as ema-<decay>.pt
+    others = {d: [p.detach().clone() for p in params] for d in args.ema_compare}
     for step in range(total):
         lr = lr_at(step, total, args.lr, args.warmup, args.min_lr_ratio, args.schedule)
         for g in opt.param_groups:
@@ -536,6 +570,11 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
             qat.restore()  # ... and the update on the float weights (straight-through)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if ema is not None:
+            with torch.no_grad():
+                torch._foreach_lerp_(ema, [p.detach() for p in params], 1.0 - args.ema)
+                for d, e in others.items():
+                    torch._foreach_lerp_(e, [p.detach() for p in params], 1.0 - d)
         run_loss += loss.item()
         run_n += 1
         done = step + 1
@@ -545,22 +584,48 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
                 pl = model(probe[:, :-1]).logits
                 vl = float(torch.nn.functional.cross_entropy(pl.reshape(-1, V), probe[:, 1:].reshape(-1)))
             model.train()
+            full = None
+            if args.eval_every and (done % args.eval_every == 0 or done == total):
+                # the whole validation text, f32 (and the average): a measurement, not training,
+                # so it is left out of the loop's wall-clock and CPU time like the QAT one
+                w_e, c_e, th_e = time.time(), time.process_time(), thread_cpu_seconds()
+                full = {"f32": full_val(model, val_ids, T, args.val_chars)}
+                if ema is not None:
+                    with swapped(params, ema):
+                        full["ema"] = full_val(model, val_ids, T, args.val_chars)
+                for d, e in others.items():
+                    with swapped(params, e):
+                        full[f"ema{d:g}"] = full_val(model, val_ids, T, args.val_chars)
+                w_e, c_e = time.time() - w_e, time.process_time() - c_e
+                t0, c0, t_int, c_int = t0 + w_e, c0 + c_e, t_int + w_e, c_int + c_e
+                for k, v in thread_cpu_seconds().items():
+                    threads0[k] = threads0.get(k, 0.0) + v - th_e.get(k, 0.0)
             now, cnow = time.time(), time.process_time()
             el = now - t0
             # cpu/wall of this interval: ~2 when the 2 threads had the cores to themselves
             rec = {"step": done, "train_loss": round(run_loss / run_n, 4), "val_probe_loss": round(vl, 4),
                    "lr": round(lr, 6), "elapsed_s": round(el, 1), "cpu_s": round(cnow - c0, 1),
                    "interval_cpu_per_wall": round((cnow - c_int) / max(1e-9, now - t_int), 2),
-                   "qat": quantized}
+                   "qat": quantized, **({"val_nats_per_char": full} if full else {})}
             t_int, c_int = now, cnow
             log.append(rec)
             print(f"[train] step {done}/{total} loss {rec['train_loss']:.4f} val~ {vl:.4f} "
                   f"lr {lr:.2e} {el:.0f}s ({el / done:.3f} s/step, cpu {rec['cpu_s']:.0f}s, "
-                  f"cpu/wall {rec['interval_cpu_per_wall']:.2f}){' qat-' + args.qat if quantized else ''}",
+                  f"cpu/wall {rec['interval_cpu_per_wall']:.2f}){' qat-' + args.qat if quantized else ''}"
+                  + ("".join(f" | val {k} {v:.4f} nats/char" for k, v in full.items()) if full else ""),
                   flush=True)
             run_loss, run_n = 0.0, 0
     seconds = time.time() - t0
     cpu_seconds = time.process_time() - c0
+    for d, e in others.items():
+        with swapped(params, e):
+            torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, Path(args.out) / f"ema-{d:g}.pt")
+    if ema is not None:
+        # the last step's weights too, for comparison (the same as a run without --ema)
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, Path(args.out) / "last-step.pt")
+        with torch.no_grad():
+            for p, e in zip(params, ema):
+                p.copy_(e)
     threads = {k: round(v - threads0.get(k, 0.0), 1) for k, v in thread_cpu_seconds().items()}
     print(f"[train] {total} steps in {seconds:.0f}s wall, {cpu_seconds:.0f}s CPU; CPU per thread "
           f"{threads}", flush=True)
@@ -568,7 +633,7 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
             "tokens_seen": total * B * T, "batch_size": B, "lr": args.lr, "warmup": args.warmup,
             "schedule": args.schedule, "min_lr_ratio": args.min_lr_ratio, "weight_decay": args.weight_decay,
             "dropout": args.dropout, "attn_dropout": attn_dropout(args), "qat": args.qat, "qat_steps": args.qat_steps if args.qat != "none" else 0,
-            "optimizer": "AdamW(betas=(0.9, 0.95), eps=1e-8), grad clip 1.0",
+            "optimizer": "AdamW(betas=(0.9, 0.95), eps=1e-8), grad clip 1.0", "ema": args.ema,
             "before_qat_nats_per_char": before_qat,
             "thread_cpu_seconds": threads, "log": log}
     return model, info
@@ -599,6 +664,7 @@ EXPLORATION: list[dict] = [
     {'name': 'e13_b32_5000', 'L': 4, 'C': 112, 'I': 448, 'V': 2048, 'params': 851872, 'q8': 1018760, 'q4': 595848, 'ram': 144320, 'steps': 5000, 'batch': 32, 'lr': 0.004, 'other': '', 'wall_min': 43.53333333333333, 'cpu_min': 53.45, 'load': '1.88-?', 'f32': 1.4293, 'q8c': 1.4294, 'q4c': 1.4531, 'cmd': '--steps 5000 --warmup 250 --lr 4e-3 --batch-size 32 --log-every 500'},
     {'name': 'e14_v3072_i288_7200_qat8', 'L': 4, 'C': 112, 'I': 288, 'V': 3072, 'params': 822560, 'q8': 1000072, 'q4': 591496, 'ram': 147488, 'steps': 7200, 'batch': 32, 'lr': 0.004, 'other': 'QAT q8 (last 500 steps); q4 column at group 32', 'wall_min': 55.18333333333333, 'cpu_min': 92.8, 'load': '1.44-?', 'f32': 1.415, 'q8c': 1.4152, 'q4c': 1.4578, 'cmd': '--steps 7200 --warmup 300 --lr 4e-3 --batch-size 32 --vocab 3072 --n-inner 288 --qat q8 --qat-steps 500 --threads 2 --log-every 400'},
     {'name': 'e16_v3072_i288_9000_do1', 'L': 4, 'C': 112, 'I': 288, 'V': 3072, 'params': 822560, 'q8': 1000072, 'q4': 591496, 'ram': 147488, 'steps': 9000, 'batch': 32, 'lr': 0.004, 'other': 'dropout 0.1 (embeddings, residual branches; attention weights 0); q4 column at group 32', 'wall_min': 57.98, 'cpu_min': 82.8, 'load': '1.3-2.7', 'f32': 1.4317, 'q8c': 1.432, 'q4c': 1.4454, 'cmd': '--steps 9000 --warmup 300 --lr 4e-3 --batch-size 32 --vocab 3072 --n-inner 288 --dropout 0.1 --attn-dropout 0 --threads 2 --log-every 400'},
+    {'name': 'e17_v3072_i288_9000_ema', 'L': 4, 'C': 112, 'I': 288, 'V': 3072, 'params': 822560, 'q8': 1000072, 'q4': 591496, 'ram': 147488, 'steps': 9000, 'batch': 32, 'lr': 0.004, 'other': 'EMA of the weights (decay 0.999) shipped; the last step: 1.4185; q4 column at group 32', 'wall_min': 49.02, 'cpu_min': 81.7, 'load': 'training only', 'f32': 1.4055, 'q8c': 1.4055, 'q4c': 1.4405, 'cmd': '--steps 9000 --warmup 300 --lr 4e-3 --batch-size 32 --vocab 3072 --n-inner 288 --dropout 0 --attn-dropout 0 --ema 0.999 --threads 2 --log-every 400 --eval-every 800'},
 ]
 EXPLORATION_NOTE = "Findings, with the numbers above:\n\n- **Learning rate** (600 x 32): 2e-3 1.7315, 4e-3 1.6903, 8e-3 1.6842 nats/char. 4e-3 for the longer runs: 8e-3 gained 0.006 more at 600 steps only.\n- **Batch size at the same CPU budget** (~6.5 CPU minutes): batch 32 x 600 steps 1.6903 (e02), 16 x 1200 1.6328 (e04), 8 x 2400 1.6144 (e06): at a short budget, more and smaller steps win.\n- **Tokenizer size**: V1024 (e05, 4 x 128 to keep the parameters) 1.7212 against V2048's 1.6842 (e03, same steps); V3072 with the MLP narrowed to 288 to stay under 1 MiB 1.5942 against 1.6144 (e06, same steps): a bigger vocabulary helps per character. At the long horizon too: e14 (V3072, 7200 x 32) 1.4150 against e13 (V2048, 5000 x 32) 1.4293.\n- **Width against depth, q4 for twice the parameters**: 4 x 128 with MLP 640 (e08, 1.20M parameters, a q4 Pico blob of 0.81 MB) 1.6098 f32 / 1.6179 q4; MLP 960 (e09, over the budget) 1.6077 / 1.6151; 5 layers with MLP 256 (e10) 1.6077, against the default shape's 1.6144 q8 (e06): at most 0.007, within run-to-run noise, and q4's own cost (+0.5%) takes most of it back.\n- **Context 256 against 128**: not trained: at this width the int8 KV cache alone is 262,144 B at context 256, over the 192 KiB RAM budget.\n- **Quantization-aware fine-tuning** (`--qat q8`, the last 500 of e14's steps, straight-through): the full evaluation just before it, at step 6700, gave f32 1.4146 / q8 1.4146; after it f32 1.4150 / q8 1.4152. q8's cost was already ~0.01% nats/char, so there was nothing to recover there, and it did not lift e14's q8 top-1 agreement with f32 (97.46% on 4096 tokens, below `cargo test`'s 98% floor): the agreement compares the float weights' argmax with the quantized ones', and QAT trains the quantized model, not their agreement.\n- **q4 group size** (a conversion choice, not training): e14's q4 at group 32 costs +3.0% nats/char against its q8 (1.4578), just over the 3% the nRF52840-DK's budget allows; at group 16 (`host-tools convert --dtype q4 --group 16`) +2.3% (1.4483) for a 683 KB blob instead of 591 KB, inside the nRF's 816 KiB (`GROUP` above).\n- **Longer training** is the lever that moved the number most: 3000 x 32 (e12) 1.4678, 5000 x 32 (e13) 1.4293, 7200 x 32 at V3072 (e14, 55.2 minutes wall-clock, 2 threads, load 1.4-1.9) 1.4150, against the previous model's 1500 x 32 at 1.5631. But e14's sampled validation loss (`val~` in its log, every 400 steps) was lowest at step 5600 (4.1008 nats/token) and rose to 4.1405 by step 6400 while the training loss kept falling (3.42 -> 3.36): at ~11 epochs of the 2.0M training tokens the model starts to overfit, so more steps alone will not reach 1.40. **The target of 1.40 nats/char is not reached.**\n- **Dropout against the overfitting** (e16: e14's shape, 9000 x 32, dropout 0.1 on the embeddings and the residual branches, none on the attention weights, which keeps the step near no dropout's cost; no QAT): 1.4317 f32 / 1.4320 q8 / 1.4454 q4, worse than e14's 1.4150 by 1.2% in f32 despite 25% more steps. Its sampled validation loss kept falling to the end (4.1526 at step 6000, 4.0735 at 8800), so dropout did stop the overfitting, but at this size it costs more fit than it saves; a first try with dropout 0.1 everywhere (e15, killed at step 4400 when the session ended) was behind e14 at every logged step too (4.2017 against 4.1276 at step 4400). What dropout did buy is robustness to quantization: e16's q4 costs +0.9% against its q8 at group 32, against e14's +3.0%.\n\n**The shipped model is e16** (`FINAL` below), replacing e12 (1.4678 f32, 1.4679 q8 on the Pico 2). e14 is better (1.4150) but its checkpoint was lost with the machine it was trained on, and a rerun did not fit beside the rest of that session's work; its recipe is in the table and rerunning it is the next step (about 40 minutes at this machine's 0.30-0.39 s/step). Shipping a model trained this long needed the quantization target of `cargo test` restated (`tests/tests/default_model.rs`): q8 top-1 agreement with f32 >= 98% at every position is missed by every model trained past e12 (e12 itself has 97.71% over the first 4096 validation tokens; the old test looked at only the first 1024, where it had 98.44%; e13 97.86%, e14 97.46%), while their q8 perplexity cost is +0.01-0.03%. The flips sit at near-ties: the sharper models' greedy continuations have top-1 margins down to 0.005 logits, and 11-12% of validation positions (e12 11.7%, e16 10.9%, over 8191 tokens) have the f32 top logit within 0.1 of the runner-up. The test now asks >= 99.5% agreement at the positions where f32 leads by at least 0.1 logits (`host-tools accuracy` prints that column too), and prints the overall figure; q8 within 1% perplexity and int8 KV within 0.5% are unchanged."
 
@@ -916,6 +982,12 @@ def main():
                     help="dropout on the embeddings and the residual branches (and attention unless --attn-dropout)")
     ap.add_argument("--attn-dropout", type=float, default=FINAL["attn_dropout"],
                     help="dropout on the attention weights (default: --dropout); 0 keeps the step time near no dropout's")
+    ap.add_argument("--ema", type=float, default=FINAL.get("ema", 0.0),
+                    help="ship the exponential moving average of the weights with this decay per step (0 = the last step's weights)")
+    ap.add_argument("--ema-compare", type=lambda v: [float(d) for d in v.split(",") if d], default=[],
+                    help="comma-separated other EMA decays, logged (--eval-every) and saved beside the checkpoint for comparison")
+    ap.add_argument("--eval-every", type=int, default=0,
+                    help="also log the whole validation text's nats/char every N steps (a measurement; it does not change training)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=FINAL["threads"],
                     help="torch threads; part of the recipe (other counts can differ in the last bits)")

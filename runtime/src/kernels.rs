@@ -1262,7 +1262,9 @@ fn sum_f32(x: &[f32]) -> f32 {
 pub fn attention(out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        if let Some(d) = x86::Avx512::detect() {
+        // AVX-512 for heads of whole 16-lane vectors (GPT-2's 64); narrower or ragged heads
+        // (the shipped model's 28) on AVX2's 8-lane vectors, whose tails are one masked load
+        if let (Some(d), true) = (x86::Avx512::detect(), q.len().is_multiple_of(16)) {
             return d.attention(out, q, kv, scale, scores);
         }
         if let Some(d) = x86::Avx2::detect() {
@@ -1896,6 +1898,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `linear` itself, through whatever it picks on this CPU (VNNI, the AVX2 quant kernels an
+    /// AVX-512 CPU also takes for groups other than 32, SDOT, or the portable loop), gives the
+    /// portable kernel's bits for the shipped model's shapes: q8 rows of 112 in groups of 28
+    /// (attention, MLP in, the tied head) and of 288 in groups of 32 (MLP out), for decode, a
+    /// short and a prompt-sized batch.
+    #[test]
+    fn dispatched_linear_is_bit_identical_for_the_shipped_shapes() {
+        let dispatched = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| {
+            linear(out, x, m, bias, acc, scratch);
+            true
+        };
+        let every = |_: bool, _: usize| true;
+        quant_linear_matches_portable_in_groups(15, 28, &[(336, 112), (112, 112), (288, 112), (3072, 112)], &[1, 2, 13], every, dispatched);
+        quant_linear_matches_portable_in_groups(16, 32, &[(112, 288)], &[1, 2, 13], every, dispatched);
     }
 
     /// Tasks on real threads, in reverse order of index (so no task can rely on another's

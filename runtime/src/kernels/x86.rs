@@ -134,6 +134,13 @@ fn linear_avx512(d: &Avx512, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &
     if f16_prefill_widened(d, out, x, w, bias, acc, scratch) {
         return;
     }
+    // q8/q4 shapes the VNNI kernel does not take (groups other than 32, rows not a multiple of
+    // 64, such as the shipped model's 112-wide rows in groups of 28): the AVX2 quant kernels,
+    // whose whole-row loops beat the generic path's one call per group (AVX-512F implies AVX2
+    // and F16C, so this function may call them)
+    if linear_quant_avx2(out, x, w, bias, acc, scratch) {
+        return;
+    }
     linear_impl(d, out, x, w, bias, acc, scratch)
 }
 

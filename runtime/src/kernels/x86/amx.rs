@@ -117,6 +117,10 @@ pub(super) struct Weights<'a> {
 /// `cols ≤ MAX_COLS`; `w.data`/`w.scales` hold `rows` rows (cols bytes, q4 cols / 2
 /// bytes, and `cols / 32` scales each); `q` holds `tokens · cols` values (q4: in `Q4Pairs`
 /// order) and `xs` `tokens · cols / 32` scales; `out` holds `tokens · rows` floats.
+///
+/// Never inlined: its buffers take ~360 KiB of stack, and inlined into the VNNI kernel they made
+/// every `linear` call on a VNNI CPU probe that much stack, ~20% of the shipped model's decode.
+#[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn linear(out: &mut [f32], w: &Weights<'_>, q: &[i8], xs: &[f32], tokens: usize, bias: &[f32], accumulate: bool) {
     let (rows, cols) = (w.rows, w.cols);
