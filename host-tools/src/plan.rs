@@ -22,7 +22,8 @@ use crate::boards::{Board, Memory, Part, Region};
 /// Code and constants of the measured firmware: `.vector_table + .text + .rodata + .data` of
 /// qemu-m4 in `boards/expected/qemu-m4.size` (the larger of the two QEMU builds; qemu-m55's is
 /// 173,612 B). It includes the boot self-checks (the kernels against the portable reference
-/// on 172 shapes); pico2's build, with its HAL and defmt, is 209,176 B (its `.vector_table`, boot block, `.text`, `.rodata`, `.data`).
+/// on 172 shapes); pico2's build, with its HAL and defmt, is 209,176 B (vector table, boot
+/// block, `.text`, `.rodata`, `.data`).
 pub const MEASURED_CODE_BYTES: u64 = 207_456;
 /// Code estimate for a board: the measured 207,456 B plus a 5,536 B (2.7%) margin for what
 /// a real board adds (clock, UART or USB setup, a HAL), rounded to 208 KiB. An estimate: a board
