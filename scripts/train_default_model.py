@@ -507,13 +507,10 @@ def fit_temperature(model, ids: list[int], W: int, chars: int):
 
 def evaluate_dtypes(model, val_ids: list[int], W: int, chars: int) -> dict:
     """Validation nats/char of the float weights and of the q8 and q4 blobs' weights."""
-    was_training = model.training
-    model.eval()
-    out = {"f32": sliding_window_nll(model, val_ids, W)[0] / chars}
+    out = {"f32": full_val(model, val_ids, W, chars)}
     for dt in ("q8", "q4"):
         with QuantizedWeights(model, dt):
-            out[dt] = sliding_window_nll(model, val_ids, W)[0] / chars
-    model.train(was_training)
+            out[dt] = full_val(model, val_ids, W, chars)
     return out
 
 
@@ -562,14 +559,27 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
     threads0 = thread_cpu_seconds()
     t0, c0 = time.time(), time.process_time()
     t_int, c_int = t0, c0
+
+    def untimed(measure):
+        """measure(), left out of the loop's wall-clock and CPU time (a measurement, not training)."""
+        nonlocal t0, c0, t_int, c_int
+        w, c, th = time.time(), time.process_time(), thread_cpu_seconds()
+        result = measure()
+        w, c = time.time() - w, time.process_time() - c
+        t0, c0, t_int, c_int = t0 + w, c0 + c, t_int + w, c_int + c
+        for k, v in thread_cpu_seconds().items():
+            threads0[k] = threads0.get(k, 0.0) + v - th.get(k, 0.0)
+        return result
+
     log, run_loss, run_n = [], 0.0, 0
     before_qat = None
-    # Polyak average of the weights (shipped instead of the last step's when --ema > 0); it
-    # reads the weights only, so the trained weights are the same with or without it
-    params = [p for p in model.parameters()]
-    ema = [p.detach().clone() for p in params] if args.ema > 0 else None
-    # other decays, for comparison only: logged with --eval-every and saved as ema-<decay>.pt
-    others = {d: [p.detach().clone() for p in params] for d in args.ema_compare}
+    # Polyak averages of the weights, one per decay: --ema's is shipped instead of the last
+    # step's, --ema-compare's are logged (--eval-every) and saved as ema-<decay>.pt. They read
+    # the weights only, so the trained weights are the same with or without them.
+    params = list(model.parameters())
+    live = [p.detach() for p in params]  # views: opt.step() updates them in place
+    averages = {d: [p.clone() for p in live] for d in ([args.ema] if args.ema > 0 else []) + args.ema_compare}
+    label = lambda d: "ema" if d == args.ema else f"ema{d:g}"
     for step in range(total):
         lr = lr_at(step, total, args.lr, args.warmup, args.min_lr_ratio, args.schedule)
         for g in opt.param_groups:
@@ -578,13 +588,7 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
         batch = torch.from_numpy(np.stack([train_ids[s: s + T + 1] for s in starts]).astype(np.int64))
         quantized = qat is not None and step >= qat_from
         if qat is not None and step == qat_from:
-            w_e, c_e, th_e = time.time(), time.process_time(), thread_cpu_seconds()
-            before_qat = evaluate_dtypes(model, val_ids, T, args.val_chars)
-            # a measurement, not training: left out of the loop's wall-clock and CPU time
-            w_e, c_e = time.time() - w_e, time.process_time() - c_e
-            t0, c0, t_int, c_int = t0 + w_e, c0 + c_e, t_int + w_e, c_int + c_e
-            for k, v in thread_cpu_seconds().items():
-                threads0[k] = threads0.get(k, 0.0) + v - th_e.get(k, 0.0)
+            before_qat = untimed(lambda: evaluate_dtypes(model, val_ids, T, args.val_chars))
             print("[train] before QAT: " + ", ".join(f"{k} {v:.4f}" for k, v in before_qat.items()) + " nats/char", flush=True)
         if quantized:
             qat.__enter__()  # forward and backward on the quantized weights
@@ -596,11 +600,9 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
             qat.restore()  # ... and the update on the float weights (straight-through)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if ema is not None:
-            with torch.no_grad():
-                torch._foreach_lerp_(ema, [p.detach() for p in params], 1.0 - args.ema)
-                for d, e in others.items():
-                    torch._foreach_lerp_(e, [p.detach() for p in params], 1.0 - d)
+        with torch.no_grad():
+            for d, avg in averages.items():
+                torch._foreach_lerp_(avg, live, 1.0 - d)
         run_loss += loss.item()
         run_n += 1
         done = step + 1
@@ -612,20 +614,14 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
             model.train()
             full = None
             if args.eval_every and (done % args.eval_every == 0 or done == total):
-                # the whole validation text, f32 (and the average): a measurement, not training,
-                # so it is left out of the loop's wall-clock and CPU time like the QAT one
-                w_e, c_e, th_e = time.time(), time.process_time(), thread_cpu_seconds()
-                full = {"f32": full_val(model, val_ids, T, args.val_chars)}
-                if ema is not None:
-                    with swapped(params, ema):
-                        full["ema"] = full_val(model, val_ids, T, args.val_chars)
-                for d, e in others.items():
-                    with swapped(params, e):
-                        full[f"ema{d:g}"] = full_val(model, val_ids, T, args.val_chars)
-                w_e, c_e = time.time() - w_e, time.process_time() - c_e
-                t0, c0, t_int, c_int = t0 + w_e, c0 + c_e, t_int + w_e, c_int + c_e
-                for k, v in thread_cpu_seconds().items():
-                    threads0[k] = threads0.get(k, 0.0) + v - th_e.get(k, 0.0)
+                # the whole validation text: the weights as they are, and each average
+                def whole_val():
+                    out = {"f32": full_val(model, val_ids, T, args.val_chars)}
+                    for d, avg in averages.items():
+                        with swapped(params, avg):
+                            out[label(d)] = full_val(model, val_ids, T, args.val_chars)
+                    return out
+                full = untimed(whole_val)
             now, cnow = time.time(), time.process_time()
             el = now - t0
             # cpu/wall of this interval: ~2 when the 2 threads had the cores to themselves
@@ -643,15 +639,15 @@ def train(args, config, train_ids: np.ndarray, val_ids: list[int]):
             run_loss, run_n = 0.0, 0
     seconds = time.time() - t0
     cpu_seconds = time.process_time() - c0
-    for d, e in others.items():
-        with swapped(params, e):
-            torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, Path(args.out) / f"ema-{d:g}.pt")
-    if ema is not None:
-        # the last step's weights too, for comparison (the same as a run without --ema)
-        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, Path(args.out) / "last-step.pt")
+    save = lambda name: torch.save({k: v.clone() for k, v in model.state_dict().items()}, Path(args.out) / name)
+    for d, avg in averages.items():
+        if d != args.ema:
+            with swapped(params, avg):
+                save(f"ema-{d:g}.pt")
+    if args.ema > 0:
+        save("last-step.pt")  # for comparison: the same weights as a run without --ema
         with torch.no_grad():
-            for p, e in zip(params, ema):
-                p.copy_(e)
+            torch._foreach_copy_(live, averages[args.ema])
     threads = {k: round(v - threads0.get(k, 0.0), 1) for k, v in thread_cpu_seconds().items()}
     print(f"[train] {total} steps in {seconds:.0f}s wall, {cpu_seconds:.0f}s CPU; CPU per thread "
           f"{threads}", flush=True)

@@ -88,7 +88,8 @@ pub fn top_margin(l: &[f32]) -> f32 {
     if b.is_finite() { a - b } else { 0.0 }
 }
 
-fn argmax(l: &[f32]) -> usize {
+/// Index of the largest logit (the first of equals).
+pub fn argmax(l: &[f32]) -> usize {
     (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b })
 }
 
@@ -104,6 +105,9 @@ pub fn measure(hf_dir: &Path, text: &str, window: Option<usize>, max_tokens: usi
     let window = window.unwrap_or(model.config().n_ctx()).min(model.config().n_ctx());
     let (ref_rows, targets) = scored_logits(&base, &ids, window, KvDType::F32)?;
     let ref_lsm: Vec<Vec<f64>> = ref_rows.iter().map(|l| log_softmax(l)).collect();
+    // f32's top token at each position, and whether it is decided: the same for every config
+    let ref_top: Vec<(usize, bool)> = ref_rows.iter().map(|r| (argmax(r), top_margin(r) >= DECIDED_MARGIN)).collect();
+    let decided = ref_top.iter().filter(|&&(_, d)| d).count();
 
     let configs: [(WeightDType, KvDType); 8] = [
         (WeightDType::F32, KvDType::F32),
@@ -121,16 +125,13 @@ pub fn measure(hf_dir: &Path, text: &str, window: Option<usize>, max_tokens: usi
         let blob = BlobFile::from_bytes(&conv.blob);
         let (rows, _) = scored_logits(&blob, &ids, window, kv)?;
         let (mut nll, mut agree, mut kl, mut max_err) = (0.0f64, 0usize, 0.0f64, 0.0f32);
-        let (mut decided, mut agree_decided) = (0usize, 0usize);
-        for ((l, r), (rl, &t)) in rows.iter().zip(&ref_rows).zip(ref_lsm.iter().zip(&targets)) {
+        let mut agree_decided = 0usize;
+        for (((l, r), (rl, &t)), &(top, is_decided)) in rows.iter().zip(&ref_rows).zip(ref_lsm.iter().zip(&targets)).zip(&ref_top) {
             let lsm = log_softmax(l);
             nll -= lsm[t as usize];
-            let same = argmax(l) == argmax(r);
+            let same = argmax(l) == top;
             agree += usize::from(same);
-            if top_margin(r) >= DECIDED_MARGIN {
-                decided += 1;
-                agree_decided += usize::from(same);
-            }
+            agree_decided += usize::from(same && is_decided);
             kl += rl.iter().zip(&lsm).map(|(&p, &q)| p.exp() * (p - q)).sum::<f64>();
             max_err = l.iter().zip(r).fold(max_err, |m, (a, b)| m.max((a - b).abs()));
         }

@@ -92,7 +92,7 @@ fn greedy_continuations_are_identical() {
         let sizes = SessionSizes::new(cfg, cfg.n_ctx(), 8);
         let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
         let mut s = Session::new(&model, &mut arena, &mut kv, cfg.n_ctx()).unwrap();
-        let argmax = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32;
+        let argmax = |l: &[f32]| host_tools::accuracy::argmax(l) as u32;
         let mut next = argmax(s.prefill(&prompt).unwrap());
         let mut got = vec![next];
         while got.len() < want.len() {
@@ -160,7 +160,7 @@ fn q8_weights_and_int8_kv_meet_the_accuracy_targets() {
             let mut s = Session::new(m, &mut arena, &mut kv, w).unwrap();
             let mut top = Vec::new();
             s.prefill_each(chunk, |_, l| {
-                top.push(((0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }), host_tools::accuracy::top_margin(l)))
+                top.push((host_tools::accuracy::argmax(l), host_tools::accuracy::top_margin(l)))
             })
             .unwrap();
             top
