@@ -840,9 +840,12 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, rt, val
           "(`val_nats_per_char`).")
     if t.get("temperature"):
         tc = t["temperature"]
-        at1 = dict((round(a, 2), b) for a, b in tc["nats_per_char_by_T"])[1.0]
-        fit = (f"{at1:.4f} nats/char there at T = 1, {min(v for _, v in tc['nats_per_char_by_T']):.4f} at T")
-        if tc.get("run"):
+        table = tc.get("nats_per_char_by_T") or [(1.0, float("nan"))]
+        at1 = dict((round(a, 2), b) for a, b in table)[1.0]
+        fit = (f"{at1:.4f} nats/char there at T = 1, {min(v for _, v in table):.4f} at T")
+        if tc.get("given"):
+            a(f"- **A logit temperature T = {tc['T']:.2f}**, given with `--temperature` (not fitted by this run).")
+        elif tc.get("run"):
             a(f"- **A logit temperature T = {tc['T']:.2f}**, a constant of the recipe (`TEMPERATURE_SOURCE` "
               f"in the script), chosen without `val.txt`: {tc['run']}, a run of this recipe with "
               f"{tc['run_steps']} steps and two works held out of training and of the tokenizer "
@@ -1187,9 +1190,11 @@ def main():
         with torch.no_grad():
             model.transformer.ln_f.weight.div_(args.temperature)
             model.transformer.ln_f.bias.div_(args.temperature)
-        train_info["temperature"] = {**TEMPERATURE_SOURCE, "T": args.temperature}
-        print(f"[temperature] T = {args.temperature} (from {TEMPERATURE_SOURCE['run']}'s calibration works); "
-              "ln_f divided by it", flush=True)
+        recipe = args.temperature == FINAL.get("temperature")
+        train_info["temperature"] = {**(TEMPERATURE_SOURCE if recipe else {"given": True}), "T": args.temperature}
+        print(f"[temperature] T = {args.temperature} "
+              + (f"(from {TEMPERATURE_SOURCE['run']}'s calibration works)" if recipe else "(given, not fitted)")
+              + "; ln_f divided by it", flush=True)
     model.config.use_cache = True
     model.save_pretrained(out, safe_serialization=True)
 

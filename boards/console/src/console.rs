@@ -220,6 +220,12 @@ impl<'a, const K: usize> Console<'a, K> {
         &self.settings
     }
 
+    /// The last token of a chat reply cut by `/n`: drawn and printed, not yet in the cache (the
+    /// next turn feeds it first).
+    pub fn pending(&self) -> Option<u32> {
+        self.pending
+    }
+
     /// The tokens in the KV cache: the conversation in chat mode, else the last prompt and
     /// reply.
     pub fn context(&self) -> &[u32] {
