@@ -512,6 +512,14 @@ def fit_temperature(model, ids: list[int], W: int, chars: int):
     return best, table
 
 
+@torch.no_grad()
+def fold_temperature(model, T: float):
+    """Divide the logits by T from now on: ln_f's weight and bias divided by T (the tied head is
+    linear and has no bias, so its logits are divided by T too)."""
+    model.transformer.ln_f.weight.div_(T)
+    model.transformer.ln_f.bias.div_(T)
+
+
 def evaluate_dtypes(model, val_ids: list[int], W: int, chars: int) -> dict:
     """Validation nats/char of the float weights and of the q8 and q4 blobs' weights."""
     out = {"f32": full_val(model, val_ids, W, chars)}
@@ -1178,18 +1186,14 @@ def main():
         calib = (" + ".join(n for n, _ in calib), "\n\n".join(t for _, t in calib))
         calib_ids = encode(tok, calib[1])
         t_cal, table = fit_temperature(model, calib_ids, NCTX, len(calib[1]))
-        with torch.no_grad():
-            model.transformer.ln_f.weight.div_(t_cal)
-            model.transformer.ln_f.bias.div_(t_cal)
+        fold_temperature(model, t_cal)
         train_info["temperature"] = {"work": calib[0], "T": t_cal, "chars": len(calib[1]),
                                      "tokens": len(calib_ids), "nats_per_char_by_T": table}
         print(f"[calibrate] {calib[0]}: T = {t_cal:.3f} ({table[0][1]:.4f} nats/char at T=1 -> "
               f"{min(v for _, v in table):.4f}); ln_f divided by it", flush=True)
     elif args.temperature != 1.0:
         # the recipe's temperature, fitted by a calibration run of the same recipe (TEMPERATURE_SOURCE)
-        with torch.no_grad():
-            model.transformer.ln_f.weight.div_(args.temperature)
-            model.transformer.ln_f.bias.div_(args.temperature)
+        fold_temperature(model, args.temperature)
         recipe = args.temperature == FINAL.get("temperature")
         train_info["temperature"] = {**(TEMPERATURE_SOURCE if recipe else {"given": True}), "T": args.temperature}
         print(f"[temperature] T = {args.temperature} "
