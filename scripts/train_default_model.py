@@ -403,26 +403,30 @@ def sliding_windows(n: int, W: int):
 
 
 @torch.no_grad()
-def sliding_window_nll(model, ids: list[int], W: int, batch: int = 32):
-    """nll = sum over windows, t in [first, end) of -log_softmax(logits[t - begin - 1])[ids[t]].
+def scored_logits(model, ids: list[int], W: int, batch: int = 32):
+    """Yields, window by window, (logits predicting ids[t], ids[t]) for t in [first, end): float64
+    logits [e - first, V] and their targets, each token of `ids` but the first once.
 
     Same-length windows are run in batches (no padding, so each row is an independent forward
     pass; this is only a speed-up of the one-window-at-a-time definition)."""
-    plan = sliding_windows(len(ids), W)
-    nll, count = 0.0, 0
     groups: dict[int, list] = {}
-    for w in plan:
+    for w in sliding_windows(len(ids), W):
         groups.setdefault(w[1] - w[0], []).append(w)
     for length, ws in groups.items():
         for i in range(0, len(ws), batch):
             chunk = ws[i: i + batch]
             x = torch.tensor([ids[b:e] for b, e, _ in chunk], dtype=torch.long)
-            logp = model(x).logits.double().log_softmax(-1)
+            logits = model(x).logits.double()
             for row, (b, e, first) in enumerate(chunk):
-                t = torch.arange(first, e)
-                tgt = torch.tensor(ids[first:e], dtype=torch.long)
-                nll += -float(logp[row, t - b - 1, tgt].sum())
-                count += e - first
+                yield logits[row, torch.arange(first, e) - b - 1], torch.tensor(ids[first:e], dtype=torch.long)
+
+
+def sliding_window_nll(model, ids: list[int], W: int, batch: int = 32):
+    """nll = sum over windows, t in [first, end) of -log_softmax(logits[t - begin - 1])[ids[t]]."""
+    nll, count = 0.0, 0
+    for lg, tgt in scored_logits(model, ids, W, batch):
+        nll += -float(lg.log_softmax(-1)[torch.arange(len(tgt)), tgt].sum())
+        count += len(tgt)
     assert count == len(ids) - 1
     return nll, count
 
@@ -499,11 +503,7 @@ def fit_temperature(model, ids: list[int], W: int, chars: int):
     on `ids`, and the table [(T, nats/char)] (T = 1 first)."""
     was_training = model.training
     model.eval()
-    logits, targets = [], []
-    for b, e, first in sliding_windows(len(ids), W):
-        lg = model(torch.tensor([ids[b:e]])).logits[0].double()
-        logits.append(lg[torch.arange(first, e) - b - 1])
-        targets.append(torch.tensor(ids[first:e]))
+    logits, targets = zip(*scored_logits(model, ids, W))
     model.train(was_training)
     L, Y = torch.cat(logits), torch.cat(targets)
     grid = [1.0] + [round(0.80 + 0.01 * i, 2) for i in range(71) if abs(0.80 + 0.01 * i - 1.0) > 1e-9]
@@ -848,9 +848,8 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, rt, val
           "(`val_nats_per_char`).")
     if t.get("temperature"):
         tc = t["temperature"]
-        table = tc.get("nats_per_char_by_T") or [(1.0, float("nan"))]
-        at1 = dict((round(a, 2), b) for a, b in table)[1.0]
-        fit = (f"{at1:.4f} nats/char there at T = 1, {min(v for _, v in table):.4f} at T")
+        fit = lambda table: (f"{dict(table)[1.0]:.4f} nats/char there at T = 1, "
+                             f"{min(v for _, v in table):.4f} at T")
         if tc.get("given"):
             a(f"- **A logit temperature T = {tc['T']:.2f}**, given with `--temperature` (not fitted by this run).")
         elif tc.get("run"):
@@ -858,13 +857,13 @@ def write_card(out: Path, args, config, bud, ref, train_info, data_info, rt, val
               f"in the script), chosen without `val.txt`: {tc['run']}, a run of this recipe with "
               f"{tc['run_steps']} steps and two works held out of training and of the tokenizer "
               f"(`{tc['work']}`, {tc['chars']:,} characters), fitted it on those works after training "
-              f"({fit}; command in the exploration table). This model saw those works in training, so it "
+              f"({fit(tc['nats_per_char_by_T'])}; command in the exploration table). This model saw those works in training, so it "
               "cannot be calibrated on them itself; the temperature of a same-recipe model on unseen works "
               "is the estimate.")
         else:
             a(f"- **A logit temperature T = {tc['T']:.2f}**, fitted after training on works held out of "
               f"training and of the tokenizer (`{tc['work']}`, {tc['chars']:,} characters; never on `val.txt`): "
-              f"{fit}.")
+              f"{fit(tc['nats_per_char_by_T'])}.")
         a("  It is folded into the checkpoint as ln_f's weight and bias divided by T, which gives the "
           "logits divided by T: the architecture and the runtime are unchanged.")
     epochs = t["tokens_seen"] / data_info["train_tokens"]
@@ -1169,6 +1168,9 @@ def main():
         return
     args.val_chars = len(val_text)
     if args.reuse_checkpoint:
+        if calib:
+            raise SystemExit("--reuse-checkpoint with --calibration-work: the checkpoint was trained on "
+                             "those works, so they cannot calibrate it")
         train_info = json.loads((out / "reference" / "reference.json").read_text(encoding="utf-8"))["training"]
         if "temperature" in train_info:
             raise SystemExit(f"--reuse-checkpoint: {out} already has a temperature folded in "

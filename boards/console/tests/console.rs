@@ -163,12 +163,16 @@ fn chat_turns_continue_the_cached_conversation_as_a_fresh_run_would() {
             } else if before.len() + prompt_tokens <= capacity {
                 shifted = true;
                 // the new tokens fit beside the conversation: the reply filled the cache, and
-                // generation's own shift kept its last capacity / 2 tokens; a fresh run from the
-                // whole conversation shifts the same way
+                // generation's own shift kept its most recent tokens; a fresh run from the whole
+                // conversation shifts the same way
                 let mut start = before.clone();
                 start.extend(pending);
                 start.extend_from_slice(&new);
-                assert!(after.len() <= capacity / 2 + generated, "turn {turn}: {stats}");
+                // the cache is the end of the conversation and the reply's fed tokens (all but
+                // the last drawn): it starts with the end of `start`
+                let dropped = (start.len() + generated - 1).checked_sub(after.len()).expect("the cache grew by more than the reply");
+                assert!(dropped > 0 && dropped < start.len(), "turn {turn}: {dropped} tokens dropped of {}: {stats}", start.len());
+                assert_eq!(&after[..start.len() - dropped], &start[dropped..], "turn {turn}: the shift kept other tokens");
                 start
             } else {
                 shifted = true;
