@@ -123,7 +123,7 @@ fn softmax_avx2(x: &mut [f32]) {
 
 #[target_feature(enable = "avx2,f16c")]
 fn linear_avx2(d: &Avx2, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
-    if linear_quant_avx2(out, x, w, bias, acc, scratch) || dense_prefill_avx2(out, x, w, bias, acc, scratch) || dense_decode_avx2(out, x, w, bias, acc) {
+    if linear_quant_avx2(out, x, w, bias, acc, scratch) || dense_prefill_avx2(out, x, w, bias, acc) || dense_decode_avx2(out, x, w, bias, acc) {
         return;
     }
     linear_impl(d, out, x, w, bias, acc, scratch)
@@ -680,12 +680,15 @@ impl<W: Weight> DenseJob<'_, W> {
     }
 }
 
-/// f32 / f16 prefill (≥ 2 tokens) on AVX2 tiles. f16 weights are widened to f32 a block of
-/// rows at a time into `scratch` when it holds a tile's rows (exact, so the products are the
-/// same; paid once per batch instead of once per tile), else widened in the tiles. Returns
-/// false, having written nothing, for other dtypes or one token (decode's four-row loop).
+/// f32 / f16 prefill (≥ 2 tokens) on AVX2 tiles. f16 weights are widened in the tiles, each
+/// weight vector as it is loaded (`vcvtph2ps`, exact, so the products are the f32 ones).
+/// Widening a block of rows into the scratch first, once per batch, was slower on Zen 4
+/// (2304 × 768 × 64: 19-27 G MAC/s against 28.6-28.9 in the tiles): the tiles then read twice
+/// the bytes per weight, and the block shares the L2 with the activations (on Zen 3's 512 KiB
+/// L2 a 256 KiB block and 192 KiB of activations nearly fill it). Returns false, having
+/// written nothing, for other dtypes or one token (decode's row loop).
 #[target_feature(enable = "avx2,f16c")]
-fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) -> bool {
+fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool) -> bool {
     let (rows, cols) = (w.rows, w.cols);
     if rows == 0 || cols == 0 {
         return false;
@@ -697,25 +700,7 @@ fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], 
     let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, acc, t, o, y);
     match w.data {
         MatrixData::F32(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
-        MatrixData::F16(data) => {
-            let block_rows = (scratch.len() / cols).min(256 * 1024 / (4 * cols)).min(rows) / TILE_ROWS * TILE_ROWS;
-            if block_rows == 0 {
-                DenseJob { w: data, x, cols }.run(rows, tokens, &mut store);
-                return true;
-            }
-            for (b, src) in data.get(..rows * cols).unwrap_or(&[]).chunks(block_rows * cols).enumerate() {
-                let Some(wide) = scratch.get_mut(..src.len()) else { break };
-                let (dst8, dst_rest) = wide.as_chunks_mut::<8>();
-                let (src8, src_rest) = src.as_chunks::<8>();
-                for (dc, sc) in dst8.iter_mut().zip(src8) {
-                    // SAFETY: sc holds 8 f16 and dc 8 f32 (F16C: this function's feature).
-                    unsafe { _mm256_storeu_ps(dc.as_mut_ptr(), f16::load8(sc.as_ptr())) };
-                }
-                dst_rest.iter_mut().zip(src_rest).for_each(|(dv, sv)| *dv = sv.to_f32());
-                let row0 = b * block_rows;
-                DenseJob { w: &*wide, x, cols }.run(src.len() / cols, tokens, &mut |t, o, y| store(t, row0 + o, y));
-            }
-        }
+        MatrixData::F16(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
         MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
     }
     true
@@ -1333,8 +1318,8 @@ mod tests {
     }
 
     /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill) and
-    /// the AVX2 one (four-rows decode, 3 × 2 tiles in row blocks, f16 widened in blocks when
-    /// the scratch holds 3 rows, else in the tiles) must give the portable bits for f32 and
+    /// the AVX2 one (one row after the other in decode, 3 × 2 tiles for prefill, f16 widened
+    /// in the tiles) must give the portable bits for f32 and
     /// f16, with row and token counts that leave remainders and more than one row block, and
     /// widths with and without a remainder of 16.
     #[test]
@@ -1344,9 +1329,9 @@ mod tests {
             let w: std::vec::Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
             let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
             let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.25 - 1.0).collect();
-            // 8 and more tokens with scratch: f16 widens blocks of rows first (AVX-512: blocks
+            // 8 and more tokens with scratch: AVX-512 f16 widens blocks of rows first (blocks
             // of 4 to 64 rows, the last one partial; 6 × 3072 with 4 rows of scratch: blocks of
-            // 4 + 2; AVX2 from 2 tokens and 3 rows of scratch); AVX2 cuts rows wider than 1024
+            // 4 + 2; AVX2 ignores the scratch); AVX2 cuts rows wider than 1024
             // into k-blocks (3072: 3, 1100: 2 with a remainder of 12) and 67 tokens into
             // blocks of 64 + 3
             for (tokens, scratch_rows) in [(1usize, 0usize), (2, 0), (2, 3), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3), (7, 2), (67, 5)] {
