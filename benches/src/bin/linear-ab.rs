@@ -1,0 +1,89 @@
+//! Two configurations of one `linear` product, alternated call by call in one process, so that
+//! both see the same machine: on a VM whose speed moves from one second to the next (see
+//! BENCHMARKS.md, run 12), separate runs of two binaries cannot settle a 10% difference, and
+//! this can. Prints the best, lower quartile and median G multiply-accumulates per second.
+//!
+//! ```sh
+//! cargo run --release -p kernel-benches --bin linear-ab -- 2304 768 64 300 f32 f16
+//! # the AVX-512 f16 prefill with and without the scratch it widens rows into:
+//! cargo run --release -p kernel-benches --bin linear-ab -- 2304 768 64 300 f16:0 f16
+//! ```
+//!
+//! Arguments: rows, cols, tokens, calls per configuration, then two configurations
+//! `DTYPE[:SCRATCH]` (f32 or f16; SCRATCH: f32 values of scratch, default 2^20).
+//! `GPT2_MCU_NO_AVX512=1` times the AVX2 kernels on an AVX-512 CPU.
+
+use half::f16;
+use runtime::kernels::linear;
+use runtime::model::{Matrix, MatrixData};
+use std::time::Instant;
+
+fn pseudo(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: linear-ab ROWS COLS TOKENS CALLS DTYPE[:SCRATCH] DTYPE[:SCRATCH]";
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{usage}\n  f32 or f16 weights; SCRATCH: f32 values of scratch (default 2^20), e.g. f16:0\n  example: linear-ab 2304 768 64 300 f32 f16");
+        return;
+    }
+    if args.len() != 6 {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    }
+    let num = |i: usize| -> usize {
+        args[i].parse().unwrap_or_else(|_| {
+            eprintln!("{usage}: {:?} is not a count", args[i]);
+            std::process::exit(2)
+        })
+    };
+    let (rows, cols, tokens, calls) = (num(0), num(1), num(2), num(3));
+    let w = pseudo(rows * cols, 1);
+    let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+    let x = pseudo(tokens * cols, 2);
+    let configs: Vec<(String, Matrix<'_>, usize)> = args[4..]
+        .iter()
+        .map(|spec| {
+            let (dtype, scratch) = spec.split_once(':').unwrap_or((spec, "1048576"));
+            let data = match dtype {
+                "f32" => MatrixData::F32(&w),
+                "f16" => MatrixData::F16(&wh),
+                _ => {
+                    eprintln!("{usage}: dtype {dtype:?} is not f32 or f16");
+                    std::process::exit(2)
+                }
+            };
+            let scratch = scratch.parse().unwrap_or_else(|_| {
+                eprintln!("{usage}: scratch {scratch:?} is not a count");
+                std::process::exit(2)
+            });
+            (spec.clone(), Matrix { rows, cols, data }, scratch)
+        })
+        .collect();
+    let mut out = vec![0.0f32; tokens * rows];
+    let mut scratch = vec![0.0f32; configs.iter().map(|c| c.2).max().unwrap_or(0)];
+    let mut times = vec![Vec::with_capacity(calls); configs.len()];
+    for _ in 0..calls {
+        for ((_, m, len), t) in configs.iter().zip(&mut times) {
+            let start = Instant::now();
+            linear(&mut out, &x, m, &[], false, &mut scratch[..*len]);
+            t.push(start.elapsed().as_secs_f64());
+        }
+    }
+    let macs = (rows * cols * tokens) as f64;
+    for ((spec, _, _), t) in configs.iter().zip(&mut times) {
+        t.sort_by(f64::total_cmp);
+        let g = |s: f64| macs / s / 1e9;
+        println!("{rows} x {cols} x {tokens} {spec:>12}: best {:5.1}  q25 {:5.1}  median {:5.1} G MAC/s ({calls} calls)", g(t[0]), g(t[t.len() / 4]), g(t[t.len() / 2]));
+    }
+}
