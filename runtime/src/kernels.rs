@@ -162,18 +162,38 @@ pub trait Parallel: Sync {
     /// Calls `task(i)` for every `i` in `0..n`, possibly concurrently, and returns when all
     /// have finished.
     fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync));
+    /// Calls `f` with working memory of at least `len` values that belongs to the calling
+    /// thread alone (the thread that calls [`Self::run`], or inside one of its tasks; never
+    /// nested), or with an empty slice when there is none (the default). The runtime
+    /// allocates nothing: the memory is the implementor's (the desktop's pool keeps one
+    /// buffer per thread). With it, [`linear_par`] splits f32/f16 prefill by weight rows
+    /// (each task's outputs go there first); without it, by tokens.
+    fn with_buffer(&self, len: usize, f: &mut dyn FnMut(&mut [f32])) {
+        let _ = len;
+        f(&mut [])
+    }
 }
 
 /// Below this many multiply-accumulates a [`linear`] stays on one thread (waking the others
 /// costs more than it saves).
 pub(crate) const PARALLEL_MIN_MACS: usize = 1 << 18;
 
-/// [`linear`] split across `par`'s threads: prefill batches by tokens (each thread gets whole
-/// rows of `x` and `out`), decode by weight rows. Every output is computed by the same code as
-/// in [`linear`], so the results are bit-identical whatever the thread count.
+/// [`linear`] split across `par`'s threads:
+/// - decode (one token): by weight rows, one share per thread, each written to `out` directly;
+/// - f32/f16 prefill, where `par` lends buffers ([`Parallel::with_buffer`]): by weight rows
+///   in [`ROW_TASKS`] tasks per thread, taken as threads come free. Each task runs its rows
+///   against every token of the batch (so each weight row is still read once per batch)
+///   into its thread's buffer, then copies them into the column range they take in each
+///   token's row of `out`, adding them with `accumulate`;
+/// - other prefill: by tokens, one share per thread (each gets whole rows of `x` and `out`).
+///   q8/q4 stay on it because a row task would quantize all the activations again.
 ///
-/// Each thread needs its own share of `scratch` for q8/q4 activations; when it is too small
-/// for that, this runs [`linear`] on one thread.
+/// Every output is computed by the same code as in [`linear`], and `out + (y + bias)` is the
+/// one-thread epilogue's sum, so the results are bit-identical whatever the thread count or
+/// the order the tasks run in.
+///
+/// The token split needs a share of `scratch` per thread for q8/q4 activations; when it is too
+/// small for that, this runs [`linear`] on one thread.
 pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch: &mut [f32]) {
     let (rows, cols) = (w.rows, w.cols);
     let threads = par.map_or(1, |p| p.threads());
@@ -190,6 +210,9 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
     };
     let quant = |t: usize| if group == 0 { 0 } else { t * quant_scratch_len(cols, group) };
     let (x, out) = (x.get(..tokens * cols).unwrap_or(&[]), out.get_mut(..tokens * rows).unwrap_or(&mut []));
+    if tokens > 1 && linear_par_rows(par, threads, out, x, w, bias, accumulate, scratch.len()) {
+        return;
+    }
     // prefill: token ranges, multiples of 4 (the kernels' token tiles); decode (one token):
     // row ranges, multiples of 16, and every thread quantizes the (short) activations itself
     let prefill = tokens >= 4 * threads;
@@ -221,6 +244,57 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
             linear(o, x, &w.row_range(a, b), bias.get(a..b).unwrap_or(&[]), accumulate, s);
         }
     });
+}
+
+/// Rows per share of a prefill row split: a multiple of 48, which every kernel's row tile
+/// divides (AVX2 3, AVX-512 4, q8 pairs 2, VNNI 16), so only the last share can end in a
+/// partial tile.
+const ROW_SHARE: usize = 48;
+
+/// Tasks per thread of a prefill row split (each at least [`ROW_SHARE`] rows): the threads
+/// take them as they come free, so a core that runs slower for a while (a VM's neighbours)
+/// takes fewer, where a fixed half each left the other thread waiting. 16 was the best of
+/// 1-64 on a 2-vCPU EPYC (BENCHMARKS.md, run 12).
+const ROW_TASKS: usize = 16;
+
+/// [`linear_par`]'s f32/f16 prefill split by weight rows (see there), or false, with nothing
+/// written, for other weights or when `par` has no buffers. Each task's buffer holds its
+/// `[tokens, rows]` outputs, then `scratch_len` values of its own scratch (what [`linear`]
+/// gets on one thread: the AVX-512 f16 prefill widens rows into it).
+#[allow(clippy::too_many_arguments)]
+fn linear_par_rows(par: &dyn Parallel, threads: usize, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumulate: bool, scratch_len: usize) -> bool {
+    let rows = w.rows;
+    if !matches!(w.data, MatrixData::F32(_) | MatrixData::F16(_)) {
+        return false;
+    }
+    let tokens = out.len() / rows;
+    let per = (rows / (ROW_TASKS * threads)).div_ceil(ROW_SHARE).max(1) * ROW_SHARE;
+    let tasks = rows.div_ceil(per);
+    // does this Parallel lend buffers? (asked for the smallest, so nothing is allocated)
+    let mut lends = false;
+    par.with_buffer(1, &mut |b| lends = !b.is_empty());
+    if !lends || tasks < 2 {
+        return false;
+    }
+    let shared_out = Shared::new(out);
+    par.run(tasks, &|i| {
+        let (a, b) = ((i * per).min(rows), ((i + 1) * per).min(rows));
+        let n = b - a;
+        par.with_buffer(tokens * n + scratch_len, &mut |buf| {
+            let (part, s) = buf.split_at_mut((tokens * n).min(buf.len()));
+            let s = s.get_mut(..scratch_len).unwrap_or(&mut []);
+            linear(part, x, &w.row_range(a, b), bias.get(a..b).unwrap_or(&[]), false, s);
+            for (t, src) in part.chunks_exact(n.max(1)).enumerate().take(tokens) {
+                // SAFETY: task i alone touches rows a..b of each token's outputs (disjoint
+                // ranges, clamped to the buffer).
+                let dst = unsafe { shared_out.range(t * rows + a, t * rows + b) };
+                for (d, &y) in dst.iter_mut().zip(src) {
+                    *d = if accumulate { *d + y } else { y };
+                }
+            }
+        });
+    });
+    true
 }
 
 /// [`activate`] split across `par`'s threads by whole rows of `width` values (an element-wise
@@ -1917,8 +1991,9 @@ mod tests {
     }
 
     /// Tasks on real threads, in reverse order of index (so no task can rely on another's
-    /// order).
-    struct StdThreads(usize);
+    /// order); with `lend`, each task gets a buffer filled with NaN (so an output the row
+    /// split forgot to write would show), else none (the token split).
+    struct StdThreads(usize, bool);
 
     impl Parallel for StdThreads {
         fn threads(&self) -> usize {
@@ -1931,10 +2006,18 @@ mod tests {
                 }
             });
         }
+        fn with_buffer(&self, len: usize, f: &mut dyn FnMut(&mut [f32])) {
+            if self.1 {
+                f(&mut std::vec![f32::NAN; len])
+            } else {
+                f(&mut [])
+            }
+        }
     }
 
-    /// `linear_par` must equal `linear` bit for bit: prefill split by tokens, decode by rows,
-    /// for every dtype, with thread counts that leave uneven shares.
+    /// `linear_par` must equal `linear` bit for bit: prefill split by weight rows (threads
+    /// that lend buffers) or by tokens (threads that do not), decode by rows, for every dtype,
+    /// with thread counts and row counts that leave uneven shares.
     #[test]
     fn linear_par_is_bit_identical_to_one_thread() {
         let (rows, cols, g) = (600usize, 512usize, 32usize);
@@ -1954,14 +2037,14 @@ mod tests {
         for tokens in [1usize, 9, 37] {
             let x = pseudo(tokens * cols, 23);
             for m in &mats {
-                for threads in [2usize, 3] {
+                for (threads, lend, accumulate) in [(2usize, false, true), (3, false, true), (2, true, true), (3, true, true), (3, true, false)] {
                     let mut scratch = std::vec![0.0f32; (tokens.max(threads)) * quant_scratch_len(cols, 8)];
-                    let mut one = std::vec![0.25f32; tokens * rows];
+                    let mut one = pseudo(tokens * rows, 24);
                     let mut many = one.clone();
-                    linear(&mut one, &x, m, &bias, true, &mut scratch);
-                    linear_par(Some(&StdThreads(threads)), &mut many, &x, m, &bias, true, &mut scratch);
+                    linear(&mut one, &x, m, &bias, accumulate, &mut scratch);
+                    linear_par(Some(&StdThreads(threads, lend)), &mut many, &x, m, &bias, accumulate, &mut scratch);
                     let (a, b): (Vec<u32>, Vec<u32>) = (one.iter().map(|v| v.to_bits()).collect(), many.iter().map(|v| v.to_bits()).collect());
-                    assert_eq!(a, b, "tokens {tokens} threads {threads}");
+                    assert_eq!(a, b, "tokens {tokens} threads {threads} lend {lend} accumulate {accumulate}");
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! `host --threads`: a session run on several threads gives the one-thread bits. The matrix
-//! products (`kernels::linear_par`), prefill's attention (shared out by query) and the MLP's
+//! products (`kernels::linear_par`: prefill split by tokens, or f32/f16 by weight rows where
+//! the threads lend buffers), prefill's attention (shared out by query) and the MLP's
 //! activation (`kernels::activate_par`) are split; every logit of a prefill and of the decode
 //! steps after it must be bit-identical, for every weight and KV dtype, on a GPT-2 shape and
 //! on a GPT-Neo shape whose local layers' ring is shorter than the prompt (attention then
@@ -10,12 +11,21 @@ use host_tools::random::{write_random, RandomShape};
 use runtime::kernels::Parallel;
 use runtime::{KvDType, Model, Session, SessionSizes};
 
-/// Plain scoped threads, tasks in reverse so that the last ones start first.
-struct Scoped(usize);
+/// Plain scoped threads, tasks in reverse so that the last ones start first; with `.1`, each
+/// task gets a buffer of NaN (f32/f16 prefill is then split by weight rows, and an output it
+/// forgot would show), else none (split by tokens).
+struct Scoped(usize, bool);
 
 impl Parallel for Scoped {
     fn threads(&self) -> usize {
         self.0
+    }
+    fn with_buffer(&self, len: usize, f: &mut dyn FnMut(&mut [f32])) {
+        if self.1 {
+            f(&mut vec![f32::NAN; len])
+        } else {
+            f(&mut [])
+        }
     }
     fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
         std::thread::scope(|s| {
@@ -56,9 +66,9 @@ fn check(name: &str, shape: RandomShape, prompt_len: usize) {
             // one batch for the whole prompt, and batches that split it
             for batch in [prompt_len, 48] {
                 let one = logits(&model, prompt, rest, kv, batch, None);
-                for threads in [2, 3] {
-                    let many = logits(&model, prompt, rest, kv, batch, Some(&Scoped(threads)));
-                    assert!(one == many, "{name} {dtype:?} kv {kv:?} batch {batch}: {threads} threads differ from one");
+                for (threads, lend) in [(2, false), (3, false), (2, true), (3, true)] {
+                    let many = logits(&model, prompt, rest, kv, batch, Some(&Scoped(threads, lend)));
+                    assert!(one == many, "{name} {dtype:?} kv {kv:?} batch {batch}: {threads} threads (buffers: {lend}) differ from one");
                 }
             }
         }

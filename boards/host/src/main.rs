@@ -174,6 +174,10 @@ impl runtime::kernels::Parallel for Threads {
     fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
         self.pool.run(n, task);
     }
+
+    fn with_buffer(&self, len: usize, f: &mut dyn FnMut(&mut [f32])) {
+        pool::with_buffer(len, f);
+    }
 }
 
 #[derive(Args, Clone)]
