@@ -478,7 +478,7 @@ fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
         return false;
     }
     let x = x.get(..cols).unwrap_or(&[]);
-    let mut store = |o: usize, y: f32| super::store_out(out, rows, bias, acc, 0, o, y);
+    let mut store = move |o: usize, y: f32| super::store_out(out, rows, bias, acc, 0, o, y);
     match w.data {
         MatrixData::F32(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
         MatrixData::F16(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
@@ -697,7 +697,7 @@ fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], 
     if tokens < TILE_TOKENS {
         return false;
     }
-    let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, acc, t, o, y);
+    let mut store = move |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, acc, t, o, y);
     match w.data {
         MatrixData::F32(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
         MatrixData::F16(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
@@ -1903,7 +1903,7 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     let row_bytes = if q4 { cols / 2 } else { cols };
     let full = group == VNNI_GROUP && gpr % AVX2_BLOCK == 0;
     let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
-    let mut store = |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
+    let mut store = move |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
     for r0 in (0..rows).step_by(block_rows) {
         let r1 = (r0 + block_rows).min(rows);
@@ -2190,7 +2190,7 @@ impl Avx2Quant {
         // SAFETY (every raw read below): the caller's contract; masked loads touch only the
         // lanes they keep, which lie inside the rows' groups and scales; pair 1 of a token's
         // activations exists when gpr > 2.
-        for o in rows.step_by(2) {
+        for o in (0..rows.len() / 2).map(|p| rows.start + 2 * p) {
             let (wa, wb) = (wrows.wrapping_add(o * cols), wrows.wrapping_add((o + 1) * cols));
             let sw = unsafe { _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_maskload_epi32(wsc.add(o * gpr).cast(), mg)), _mm_maskload_epi32(wsc.add((o + 1) * gpr).cast(), mg)) };
             let sw = _mm256_castsi256_ps(sw);
