@@ -210,7 +210,9 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
     };
     let quant = |t: usize| if group == 0 { 0 } else { t * quant_scratch_len(cols, group) };
     let (x, out) = (x.get(..tokens * cols).unwrap_or(&[]), out.get_mut(..tokens * rows).unwrap_or(&mut []));
-    if tokens > 1 && linear_par_rows(par, threads, out, x, w, bias, accumulate, scratch.len()) {
+    // (threads exist on the desktop only: without `std` the row split is compiled out of the
+    // firmware, which keeps its code and sizes)
+    if cfg!(feature = "std") && tokens > 1 && linear_par_rows(par, threads, out, x, w, bias, accumulate, scratch.len()) {
         return;
     }
     // prefill: token ranges, multiples of 4 (the kernels' token tiles); decode (one token):
