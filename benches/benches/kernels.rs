@@ -13,24 +13,13 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use half::f16;
+use kernel_benches::pseudo;
 use runtime::kernels::{dot_f32, dot_i8, linear, quant_scratch_len, quantize_group_q4, quantize_group_q8};
 use runtime::model::{Matrix, MatrixData};
 
 const ROWS: usize = 3072;
 const COLS: usize = 768;
 const GROUP: usize = 32;
-
-fn pseudo(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        })
-        .collect()
-}
 
 fn bench_linear(c: &mut Criterion) {
     let w = pseudo(ROWS * COLS, 1);

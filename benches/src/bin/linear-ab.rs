@@ -14,21 +14,10 @@
 //! `GPT2_MCU_NO_AVX512=1` times the AVX2 kernels on an AVX-512 CPU.
 
 use half::f16;
+use kernel_benches::pseudo;
 use runtime::kernels::linear;
 use runtime::model::{Matrix, MatrixData};
 use std::time::Instant;
-
-fn pseudo(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        })
-        .collect()
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
