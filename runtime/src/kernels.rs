@@ -248,9 +248,8 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
     });
 }
 
-/// Rows per share of a prefill row split: a multiple of 48, which every kernel's row tile
-/// divides (AVX2 3, AVX-512 4, q8 pairs 2, VNNI 16), so only the last share can end in a
-/// partial tile.
+/// Rows per task of a prefill row split: a multiple of 48, which the f32/f16 kernels' row
+/// tiles divide (AVX2 3, AVX-512 4), so only the last task can end in a partial tile.
 const ROW_SHARE: usize = 48;
 
 /// Tasks per thread of a prefill row split (each at least [`ROW_SHARE`] rows): the threads
@@ -272,7 +271,8 @@ fn linear_par_rows(par: &dyn Parallel, threads: usize, out: &mut [f32], x: &[f32
     let tokens = out.len() / rows;
     let per = (rows / (ROW_TASKS * threads)).div_ceil(ROW_SHARE).max(1) * ROW_SHARE;
     let tasks = rows.div_ceil(per);
-    // does this Parallel lend buffers? (asked for the smallest, so nothing is allocated)
+    // does this Parallel lend buffers? (asked for one value: nothing worth counting is
+    // allocated, once per thread at most)
     let mut lends = false;
     par.with_buffer(1, &mut |b| lends = !b.is_empty());
     if !lends || tasks < 2 {

@@ -62,11 +62,14 @@ fn main() {
     let mut out = vec![0.0f32; tokens * rows];
     let mut scratch = vec![0.0f32; configs.iter().map(|c| c.2).max().unwrap_or(0)];
     let mut times = vec![Vec::with_capacity(calls); configs.len()];
-    for _ in 0..calls {
-        for ((_, m, len), t) in configs.iter().zip(&mut times) {
+    for call in 0..calls {
+        // A then B, then B then A: neither always runs right after the other
+        for k in 0..configs.len() {
+            let k = if call % 2 == 0 { k } else { configs.len() - 1 - k };
+            let (_, m, len) = &configs[k];
             let start = Instant::now();
             linear(&mut out, &x, m, &[], false, &mut scratch[..*len]);
-            t.push(start.elapsed().as_secs_f64());
+            times[k].push(start.elapsed().as_secs_f64());
         }
     }
     let macs = (rows * cols * tokens) as f64;

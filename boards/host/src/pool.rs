@@ -10,6 +10,9 @@
 //!
 //! Which thread computes which output never changes a result (`linear_par` gives each task
 //! disjoint outputs computed by the one-thread code), so any schedule is bit-identical.
+//!
+//! [`with_buffer`] lends each thread its own working memory (prefill's row split writes a
+//! task's outputs there before copying them in).
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -177,6 +180,27 @@ impl Drop for Pool {
     }
 }
 
+thread_local! {
+    /// This thread's [`with_buffer`] memory: grown to the largest request, then reused.
+    static BUFFER: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Calls `f` with at least `len` values of the calling thread's own memory (the
+/// [`runtime::kernels::Parallel::with_buffer`] of the pool's threads: prefill's row split
+/// writes each thread's outputs there). Grown on first use and kept, so a steady run allocates
+/// nothing; a nested call (none is made) would get an empty slice.
+pub fn with_buffer(len: usize, f: &mut dyn FnMut(&mut [f32])) {
+    BUFFER.with(|b| match b.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+            f(&mut buf[..len])
+        }
+        Err(_) => f(&mut []),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::Pool;
@@ -211,25 +235,4 @@ mod tests {
         });
         assert_eq!(count.load(Ordering::Relaxed), 8);
     }
-}
-
-thread_local! {
-    /// This thread's [`with_buffer`] memory: grown to the largest request, then reused.
-    static BUFFER: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Calls `f` with at least `len` values of the calling thread's own memory (the
-/// [`runtime::kernels::Parallel::with_buffer`] of the pool's threads: prefill's row split
-/// writes each thread's outputs there). Grown on first use and kept, so a steady run allocates
-/// nothing; a nested call (none is made) would get an empty slice.
-pub fn with_buffer(len: usize, f: &mut dyn FnMut(&mut [f32])) {
-    BUFFER.with(|b| match b.try_borrow_mut() {
-        Ok(mut buf) => {
-            if buf.len() < len {
-                buf.resize(len, 0.0);
-            }
-            f(&mut buf[..len])
-        }
-        Err(_) => f(&mut []),
-    })
 }
