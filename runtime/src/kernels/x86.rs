@@ -489,62 +489,76 @@ fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
 
 // ---- f32 / f16 prefill with AVX2 -------------------------------------------------------------
 //
-// Each output is [`super::dot_f32`] (f16: [`super::dot_f16`]): lane i of 16 (two 8-lane
-// registers) adds the products of elements i, i + 16, … in order, then the fixed tree. AVX2
-// has 16 vector registers and an output's 16 lanes take two, so a tile holds 3 weight rows × 2
-// tokens: 12 accumulators, each loaded weight vector feeding two products and each activation
-// vector three. Per 16 columns that is 10 loads, 12 multiplies and 12 adds, which a core with
-// two multiply and two add pipes and 6-wide dispatch (Zen 3) runs in about 6 cycles at best;
-// the 12 chains leave room for the adds' latency.
+// Each output is [`super::dot_f32`] (f16: [`super::dot_f16`]): lane i of 16 adds the products
+// of elements i, i + 16, … in order, then the fixed tree, whose first step adds lane i + 8 to
+// lane i. Until that step, lanes 0–7 (the "low half": elements 16j..16j+8) and lanes 8–15 (the
+// high half) are two independent 8-lane dot products, so a tile runs one half over its k-block
+// and then the other: an output takes one register in each pass instead of two. AVX2 has 16
+// vector registers, so a tile holds 6 weight rows × 2 tokens: 12 accumulators, two activation
+// vectors, the weight vector and the product. Per 8 columns that is 8 loads, 12 multiplies and
+// 12 adds: 32 micro-ops per 96 multiply-adds, where 3 × 2 tiles over both halves at once took
+// 34 (10 loads); and each pair of activation rows read from L2 serves 6 weight rows instead of
+// 3, half the L2 traffic per multiply-add (Zen 3's four FP pipes need it at 2 × 32 bytes per
+// 3 cycles with 3-row tiles, near what its L2 delivers).
 //
-// The weights of a tile of rows stay in L1 while the activations of a block of tokens (in L2)
-// pass over them, in pairs. Rows wider than 1024 columns are cut into k-blocks (of whole
-// 16-column chunks) so that a tile's rows still fit: the accumulators of each output are kept
-// across k-blocks and go on where they stopped, so every lane adds the same products in the
-// same order as in one pass.
+// Loop order: a block of up to 64 tokens' activations sits in L2; for each group of 6 weight
+// rows and each k-block, the rows' k-block sits in L1 (f32: read in place; f16: widened once
+// into a buffer there, exact, so the tiles are the f32 ones) while the block's tokens pass over
+// it in pairs. Rows wider than 768 columns are cut into k-blocks of whole 16-column chunks; each
+// output's two halves go to `buf` between k-blocks and go on where they stopped, so every lane
+// adds the same products in the same order as in one pass.
 
 /// Weight rows × tokens of an AVX2 prefill tile.
-const TILE_ROWS: usize = 3;
+const TILE_ROWS: usize = 6;
 const TILE_TOKENS: usize = 2;
-/// 16-column chunks per k-block (1024 columns: a tile's three f32 rows take 12 KiB of L1).
-const K_CHUNKS: usize = 64;
+/// 16-column chunks per k-block (768 columns: six f32 rows take 18 KiB of L1, two tokens 6).
+const K_CHUNKS: usize = 48;
 /// Tokens per block of activations (at most 256 KiB of them, so they stay in L2).
 const BLOCK_TOKENS: usize = 64;
 
-/// An output's 16 lane sums, in two 8-lane registers.
+/// An output's 16 lane sums: lanes 0–7, 8–15.
 type Lanes = [__m256; 2];
 
-/// The lane sums of R weight rows × T tokens `[row][token]`, carried on from `acc` over `chunks`
-/// chunks of 16 elements from `w[r]` and `x[t]` (the products [`dot_avx2`] adds, in its order).
+/// f32 values a chunk of 16 columns of a group of rows takes in the packed weights a tile
+/// reads ([`DenseJob::pack`]): the rows' lanes 0–7, one row after the other, then their lanes
+/// 8–15.
+const PACKED_CHUNK: usize = TILE_ROWS * LANES;
+
+/// One half's 8-lane sums of R weight rows × T tokens `[row][token]`, carried on from `acc` over
+/// `chunks` chunks of 16 columns: for each chunk i in order, lane j adds `w_r[16i + j] ·
+/// x_t[16i + j]` (a multiply, then an add: [`dot_avx2`]'s products in its order). `w` points at
+/// the half's first row in the packed weights (row r's 8 values of chunk i at `w + r · 8 + i ·
+/// PACKED_CHUNK`), `x[t]` at the half's first lane (0 or 8) of the token's first chunk.
 ///
 /// # Safety
-/// Every `w[r]` and `x[t]` must be readable for `16 · chunks` elements; AVX2 and F16C.
+/// `w` must be readable for `PACKED_CHUNK · (chunks - 1) + 8 · R` floats and every `x[t]` for
+/// `16 · chunks - 8`; AVX2.
 #[inline]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn tile_sums_avx2<W: Weight, const R: usize, const T: usize>(mut acc: [[Lanes; T]; R], w: [*const W; R], x: [*const f32; T], chunks: usize) -> [[Lanes; T]; R] {
-    let mut step = |i: usize| {
-        for h in 0..2 {
-            let off = LANES * i + 8 * h;
-            // SAFETY: off + 8 ≤ 16 · chunks (the caller's contract).
-            let xv = x.map(|p| unsafe { _mm256_loadu_ps(p.add(off)) });
-            for (a, &p) in acc.iter_mut().zip(&w) {
-                // SAFETY: as above.
-                let wv = unsafe { W::load8(p.add(off)) };
-                for (a, &xv) in a.iter_mut().zip(&xv) {
-                    if let Some(a) = a.get_mut(h) {
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, xv));
-                    }
-                }
+#[target_feature(enable = "avx2")]
+unsafe fn half_sums_avx2<const R: usize, const T: usize>(mut acc: [[__m256; T]; R], w: *const f32, x: [*const f32; T], chunks: usize) -> [[__m256; T]; R] {
+    let (mut w, mut x) = (w, x);
+    let mut step = |w: *const f32, x: &[*const f32; T]| {
+        // SAFETY: chunk i's values: inside the caller's ranges.
+        let xv = x.map(|p| unsafe { _mm256_loadu_ps(p) });
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let wv = unsafe { _mm256_loadu_ps(w.add(8 * r)) };
+            for (a, &xv) in a.iter_mut().zip(&xv) {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, xv));
             }
         }
     };
-    // two chunks an iteration (the loop's own instructions take dispatch slots)
-    for i in (0..chunks / 2).map(|i| 2 * i) {
-        step(i);
-        step(i + 1);
+    // two chunks an iteration (the loop's own instructions take dispatch slots), the pointers
+    // stepped (no index arithmetic in the loop)
+    for _ in 0..chunks / 2 {
+        step(w, &x);
+        // SAFETY: the next chunk is inside the caller's ranges (wrapping_add past the last one).
+        step(w.wrapping_add(PACKED_CHUNK), &x.map(|p| p.wrapping_add(LANES)));
+        w = w.wrapping_add(2 * PACKED_CHUNK);
+        x = x.map(|p| p.wrapping_add(2 * LANES));
     }
     if chunks % 2 == 1 {
-        step(chunks - 1);
+        step(w, &x);
     }
     acc
 }
@@ -577,42 +591,49 @@ struct KBlock {
     last: bool,
 }
 
+/// f32 values of the packed k-block of a group of rows the tiles read ([`DenseJob::pack`]).
+const PACKED_LEN: usize = K_CHUNKS * PACKED_CHUNK;
+
 impl<W: Weight> DenseJob<'_, W> {
-    /// Rows `o..o+R` × tokens `t..t+T` over one k-block: the accumulators come from `buf`
-    /// (entries `tb..tb+T`, row r of the tile at `[r]`) unless it is the first k-block, and go
-    /// back there unless it is the last, where each output is finished as [`dot_avx2`]
-    /// finishes it and stored.
+    /// Rows `o..o+R` (their k-block packed in `packed`) × tokens `t..t+T` over one k-block: each half's
+    /// accumulators come from `buf` (entries `tb..tb+T`, row r of the tile at `[r]`) unless it
+    /// is the first k-block, and go back there unless it is the last, where each output is
+    /// finished as [`dot_avx2`] finishes it and stored.
     ///
     /// # Safety
-    /// Rows `o..o+R` and tokens `t..t+T` must be in `w` and `x`, `tb + T ≤ BLOCK_TOKENS`,
-    /// `R ≤ TILE_ROWS`, `kb.c1 ≤ cols / 16`; AVX2 and F16C.
+    /// Rows `o..o+R` and tokens `t..t+T` must be in `w` and `x`, `packed` must hold the rows'
+    /// chunks `kb.c0..kb.c1` ([`Self::pack`]), `tb + T ≤ BLOCK_TOKENS`, `R ≤ TILE_ROWS`,
+    /// `kb.c1 ≤ cols / 16`; AVX2 and F16C.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tile<const R: usize, const T: usize>(&self, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &[f32; PACKED_LEN], o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], store: &mut impl FnMut(usize, usize, f32)) {
         let Self { w, x, cols } = *self;
-        let zero = [_mm256_setzero_ps(); 2];
-        let mut acc = [[zero; T]; R];
-        if !kb.first {
-            for (r, a) in acc.iter_mut().enumerate() {
-                for (k, a) in a.iter_mut().enumerate() {
-                    *a = buf.get(tb + k).and_then(|b| b.get(r)).copied().unwrap_or(zero);
+        let zero = _mm256_setzero_ps();
+        // SAFETY: tokens t..t+T exist and chunks c0..c1 are inside them (the caller's contract).
+        let xp: [*const f32; T] = core::array::from_fn(|k| unsafe { x.as_ptr().add((t + k) * cols + LANES * kb.c0) });
+        let mut halves = [[[zero; T]; R]; 2];
+        for (h, acc) in halves.iter_mut().enumerate() {
+            if !kb.first {
+                for (r, a) in acc.iter_mut().enumerate() {
+                    for (k, a) in a.iter_mut().enumerate() {
+                        *a = buf.get(tb + k).and_then(|b| b.get(r)).map_or(zero, |l| l[h]);
+                    }
                 }
             }
+            // SAFETY: the caller's contract (packed and the tokens hold chunks c0..c1).
+            *acc = unsafe { half_sums_avx2::<R, T>(*acc, packed.as_ptr().add(8 * TILE_ROWS * h), xp.map(|p| p.add(8 * h)), kb.c1 - kb.c0) };
         }
-        let off = LANES * kb.c0;
-        // SAFETY: rows o..o+R and tokens t..t+T exist and chunks c0..c1 are inside them (the
-        // caller's contract).
-        let (wp, xp) = unsafe { (w.as_ptr().add(off), x.as_ptr().add(off)) };
-        let acc = unsafe { tile_sums_avx2::<W, R, T>(acc, core::array::from_fn(|r| wp.add((o + r) * cols)), core::array::from_fn(|k| xp.add((t + k) * cols)), kb.c1 - kb.c0) };
-        for (r, a) in acc.into_iter().enumerate() {
-            for (k, lanes) in a.into_iter().enumerate() {
+        // (by reference: arrays of vectors taken by value are copied through memcpy)
+        let [lo, hi] = &halves;
+        for (r, (lo, hi)) in lo.iter().zip(hi).enumerate() {
+            for (k, (&lo, &hi)) in lo.iter().zip(hi).enumerate() {
                 if !kb.last {
                     if let Some(b) = buf.get_mut(tb + k).and_then(|b| b.get_mut(r)) {
-                        *b = lanes;
+                        *b = [lo, hi];
                     }
                     continue;
                 }
-                let [lo, hi] = lanes;
                 let (o, t) = (o + r, t + k);
                 let done = LANES * kb.c1;
                 let y = if done == cols {
@@ -621,6 +642,31 @@ impl<W: Weight> DenseJob<'_, W> {
                     finish(lanes_avx2(lo, hi), w.get(o * cols + done..(o + 1) * cols).unwrap_or(&[]), x.get(t * cols + done..(t + 1) * cols).unwrap_or(&[]))
                 };
                 store(t, o, y);
+            }
+        }
+    }
+
+    /// Packs the k-block `kb` of rows `o..o+nr` as the tiles read it, f16 widened (exactly):
+    /// chunk i's lanes 0–7 of each row, one row after the other, then its lanes 8–15, at
+    /// `PACKED_CHUNK · i`. The tiles then read each half of a chunk from one run of bytes at
+    /// fixed offsets from one pointer, and the group sits in L1 while the tokens pass over it.
+    ///
+    /// # Safety
+    /// Rows `o..o+nr` must be in `w`, `nr ≤ TILE_ROWS`, `kb.c1 - kb.c0 ≤ K_CHUNKS` and
+    /// `kb.c1 ≤ cols / 16`; AVX2 and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn pack(&self, o: usize, nr: usize, kb: KBlock, packed: &mut [f32; PACKED_LEN]) {
+        let Self { w, cols, .. } = *self;
+        // SAFETY: row o's chunk c0 is inside w (the caller's contract).
+        let src = unsafe { w.as_ptr().add(o * cols + LANES * kb.c0) };
+        for i in 0..(kb.c1 - kb.c0).min(K_CHUNKS) {
+            for r in 0..nr.min(TILE_ROWS) {
+                for h in 0..2 {
+                    // SAFETY: row r's chunk c0 + i is inside w; PACKED_CHUNK · i + 8 · (TILE_ROWS
+                    // · h + r) + 8 ≤ PACKED_LEN.
+                    unsafe { _mm256_storeu_ps(packed.as_mut_ptr().add(PACKED_CHUNK * i + 8 * (TILE_ROWS * h + r)), W::load8(src.add(r * cols + LANES * i + 8 * h))) };
+                }
             }
         }
     }
@@ -640,6 +686,7 @@ impl<W: Weight> DenseJob<'_, W> {
         let full_rows = rows / TILE_ROWS * TILE_ROWS;
         let row_bytes = cols * core::mem::size_of::<W>();
         let mut buf = [[[_mm256_setzero_ps(); 2]; TILE_ROWS]; BLOCK_TOKENS];
+        let mut packed = [0.0f32; PACKED_LEN];
         for t0 in (0..tokens).step_by(block_tokens) {
             let t1 = (t0 + block_tokens).min(tokens);
             let token_tiles = (t1 - t0).div_ceil(TILE_TOKENS);
@@ -647,6 +694,8 @@ impl<W: Weight> DenseJob<'_, W> {
                 let nr = if o < full_rows { TILE_ROWS } else { 1 };
                 for k in 0..nk {
                     let kb = KBlock { c0: k * kc, c1: ((k + 1) * kc).min(chunks), first: k == 0, last: k + 1 == nk };
+                    // SAFETY: rows o..o+nr ≤ rows, kb.c1 - kb.c0 ≤ kc ≤ K_CHUNKS, kb.c1 ≤ chunks.
+                    unsafe { self.pack(o, nr, kb, &mut packed) };
                     // the weights after this k-block of these rows (the next k-block, else the
                     // next rows' first), asked for over this block's token tiles so that they
                     // come from memory once, ahead of use
@@ -654,7 +703,7 @@ impl<W: Weight> DenseJob<'_, W> {
                     let next = self.w.as_ptr().cast::<u8>().wrapping_add(next_row * row_bytes + next_c0 * LANES * core::mem::size_of::<W>());
                     let seg = (next_c1 - next_c0) * LANES * core::mem::size_of::<W>(); // bytes of each row
                     // in address order, one row's segment after the other (one stream at a
-                    // time: the memory system follows it better than three side by side)
+                    // time: the memory system follows it better than several side by side)
                     let per_row = seg.div_ceil(64).max(1);
                     let lines = (per_row * TILE_ROWS).div_ceil(token_tiles);
                     for (i, t) in (t0..t1).step_by(TILE_TOKENS).enumerate() {
@@ -664,13 +713,13 @@ impl<W: Weight> DenseJob<'_, W> {
                         }
                         let tb = t - t0;
                         // SAFETY: o + nr ≤ rows, t + (1 or 2) ≤ t1 ≤ tokens, tb + 2 ≤
-                        // BLOCK_TOKENS, chunks c0..c1 ≤ cols / 16 (sizes checked above).
+                        // BLOCK_TOKENS, packed holds chunks c0..c1 ≤ cols / 16 of rows o..o+nr.
                         unsafe {
                             match (nr == TILE_ROWS, t + TILE_TOKENS <= t1) {
-                                (true, true) => self.tile::<TILE_ROWS, TILE_TOKENS>(o, t, tb, kb, &mut buf, store),
-                                (true, false) => self.tile::<TILE_ROWS, 1>(o, t, tb, kb, &mut buf, store),
-                                (false, true) => self.tile::<1, TILE_TOKENS>(o, t, tb, kb, &mut buf, store),
-                                (false, false) => self.tile::<1, 1>(o, t, tb, kb, &mut buf, store),
+                                (true, true) => self.tile::<TILE_ROWS, TILE_TOKENS>(&packed, o, t, tb, kb, &mut buf, store),
+                                (true, false) => self.tile::<TILE_ROWS, 1>(&packed, o, t, tb, kb, &mut buf, store),
+                                (false, true) => self.tile::<1, TILE_TOKENS>(&packed, o, t, tb, kb, &mut buf, store),
+                                (false, false) => self.tile::<1, 1>(&packed, o, t, tb, kb, &mut buf, store),
                             }
                         }
                     }
@@ -680,13 +729,10 @@ impl<W: Weight> DenseJob<'_, W> {
     }
 }
 
-/// f32 / f16 prefill (≥ 2 tokens) on AVX2 tiles. f16 weights are widened in the tiles, each
-/// weight vector as it is loaded (`vcvtph2ps`, exact, so the products are the f32 ones).
-/// Widening a block of rows into the scratch first, once per batch, was slower on Zen 4
-/// (2304 × 768 × 64: 19-27 G MAC/s against 28.6-28.9 in the tiles): the tiles then read twice
-/// the bytes per weight, and the block shares the L2 with the activations (on Zen 3's 512 KiB
-/// L2 a 256 KiB block and 192 KiB of activations nearly fill it). Returns false, having
-/// written nothing, for other dtypes or one token (decode's row loop).
+/// f32 / f16 prefill (≥ 2 tokens) on AVX2 tiles (see the section's comment). f16 weights are
+/// widened a k-block of a group of rows at a time into a buffer in L1 (`vcvtph2ps`, exact, so
+/// the products are the f32 ones), once per block of tokens. Returns false, having written
+/// nothing, for other dtypes or one token (decode's row loop).
 #[target_feature(enable = "avx2,f16c")]
 fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool) -> bool {
     let (rows, cols) = (w.rows, w.cols);
@@ -1318,22 +1364,23 @@ mod tests {
     }
 
     /// The AVX-512 dense `linear` (four-rows decode, 4×4 tiles in row blocks for prefill) and
-    /// the AVX2 one (one row after the other in decode, 3 × 2 tiles for prefill, f16 widened
-    /// in the tiles) must give the portable bits for f32 and
-    /// f16, with row and token counts that leave remainders and more than one row block, and
-    /// widths with and without a remainder of 16.
+    /// the AVX2 one (one row after the other in decode; for prefill 6 × 2 tiles over packed
+    /// groups of rows, one half of the lanes after the other, f16 widened as it is packed)
+    /// must give the portable bits for f32 and f16, with row and token counts that leave
+    /// remainders and more than one row block, and widths with and without a remainder of 16.
     #[test]
     fn simd_dense_linear_is_bit_identical_to_portable() {
         let (avx512, avx2) = (Avx512::detect(), Avx2::detect());
-        for &(rows, cols) in &[(1usize, 16usize), (7, 33), (9, 64), (170, 768), (6, 3072), (5, 1000), (4, 8), (4, 1100)] {
+        for &(rows, cols) in &[(1usize, 16usize), (7, 33), (9, 64), (170, 768), (6, 3072), (5, 1000), (4, 8), (4, 1100), (13, 1608)] {
             let w: std::vec::Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
             let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
             let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.25 - 1.0).collect();
             // 8 and more tokens with scratch: AVX-512 f16 widens blocks of rows first (blocks
             // of 4 to 64 rows, the last one partial; 6 × 3072 with 4 rows of scratch: blocks of
-            // 4 + 2; AVX2 ignores the scratch); AVX2 cuts rows wider than 1024
-            // into k-blocks (3072: 3, 1100: 2 with a remainder of 12) and 67 tokens into
-            // blocks of 64 + 3
+            // 4 + 2; AVX2 ignores the scratch); AVX2 cuts rows wider than 768 into k-blocks
+            // (3072: 4, 1100: 2 with a remainder of 12, 1608: 34 + 34 + 32 chunks with a
+            // remainder of 8), rows into groups of 6 and a rest (13: 6 + 6 + 1, 170: 28 groups
+            // + 2) and 67 tokens into blocks of 64 + 3
             for (tokens, scratch_rows) in [(1usize, 0usize), (2, 0), (2, 3), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3), (7, 2), (67, 5)] {
                 let x: std::vec::Vec<f32> = (0..tokens * cols).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
                 let mats = [Matrix { rows, cols, data: MatrixData::F32(&w) }, Matrix { rows, cols, data: MatrixData::F16(&wh) }];
