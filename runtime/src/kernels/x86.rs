@@ -617,7 +617,7 @@ impl<W: Weight> DenseJob<'_, W> {
             if !kb.first {
                 for (r, a) in acc.iter_mut().enumerate() {
                     for (k, a) in a.iter_mut().enumerate() {
-                        *a = buf.get(tb + k).and_then(|b| b.get(r)).map_or(zero, |l| l[h]);
+                        *a = buf.get(tb + k).and_then(|b| b.get(r)).and_then(|l| l.get(h)).copied().unwrap_or(zero);
                     }
                 }
             }
