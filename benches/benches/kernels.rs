@@ -13,7 +13,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use half::f16;
-use kernel_benches::pseudo;
+use kernel_benches::{pseudo, Aligned};
 use runtime::kernels::{dot_f32, dot_i8, linear, quant_scratch_len, quantize_group_q4, quantize_group_q8};
 use runtime::model::{Matrix, MatrixData};
 
@@ -22,12 +22,14 @@ const COLS: usize = 768;
 const GROUP: usize = 32;
 
 fn bench_linear(c: &mut Criterion) {
-    let w = pseudo(ROWS * COLS, 1);
-    let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+    // the weights and activations on 64-byte boundaries, as the blob's tensors and the arena are
+    let w = Aligned::new(&pseudo(ROWS * COLS, 1));
+    let wh = Aligned::new(&w.iter().map(|&v| f16::from_f32(v)).collect::<Vec<f16>>());
     let mut q8 = vec![0i8; ROWS * COLS];
     let s8: Vec<f32> = w.chunks(GROUP).zip(q8.chunks_mut(GROUP)).map(|(a, q)| quantize_group_q8(a, q)).collect();
     let mut q4 = vec![0u8; ROWS * COLS / 2];
     let s4: Vec<f32> = w.chunks(GROUP).zip(q4.chunks_mut(GROUP / 2)).map(|(a, q)| quantize_group_q4(a, q)).collect();
+    let (q8, s8, q4, s4) = (Aligned::new(&q8), Aligned::new(&s8), Aligned::new(&q4), Aligned::new(&s4));
     let mats = [
         ("f32", Matrix { rows: ROWS, cols: COLS, data: MatrixData::F32(&w) }, ROWS * COLS * 4),
         ("f16", Matrix { rows: ROWS, cols: COLS, data: MatrixData::F16(&wh) }, ROWS * COLS * 2),
@@ -37,7 +39,7 @@ fn bench_linear(c: &mut Criterion) {
     let mut g = c.benchmark_group("linear");
     g.sample_size(20);
     for tokens in [1usize, 64] {
-        let x = pseudo(tokens * COLS, 2);
+        let x = Aligned::new(&pseudo(tokens * COLS, 2));
         let mut out = vec![0.0f32; tokens * ROWS];
         let mut scratch = vec![0.0f32; tokens * quant_scratch_len(COLS, GROUP)];
         for (name, m, bytes) in &mats {

@@ -14,7 +14,7 @@
 //! `GPT2_MCU_NO_AVX512=1` times the AVX2 kernels on an AVX-512 CPU.
 
 use half::f16;
-use kernel_benches::pseudo;
+use kernel_benches::{pseudo, Aligned};
 use runtime::kernels::linear;
 use runtime::model::{Matrix, MatrixData};
 use std::time::Instant;
@@ -37,9 +37,10 @@ fn main() {
         })
     };
     let (rows, cols, tokens, calls) = (num(0), num(1), num(2), num(3));
-    let w = pseudo(rows * cols, 1);
-    let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
-    let x = pseudo(tokens * cols, 2);
+    // every buffer on a 64-byte boundary, as the blob's tensors and the arena are
+    let w = Aligned::new(&pseudo(rows * cols, 1));
+    let wh = Aligned::new(&w.iter().map(|&v| f16::from_f32(v)).collect::<Vec<f16>>());
+    let x = Aligned::new(&pseudo(tokens * cols, 2));
     let configs: Vec<(String, Matrix<'_>, usize)> = args[4..]
         .iter()
         .map(|spec| {
@@ -59,8 +60,8 @@ fn main() {
             (spec.clone(), Matrix { rows, cols, data }, scratch)
         })
         .collect();
-    let mut out = vec![0.0f32; tokens * rows];
-    let mut scratch = vec![0.0f32; configs.iter().map(|c| c.2).max().unwrap_or(0)];
+    let mut out = Aligned::new(&vec![0.0f32; tokens * rows]);
+    let mut scratch = Aligned::new(&vec![0.0f32; configs.iter().map(|c| c.2).max().unwrap_or(0)]);
     let mut times = vec![Vec::with_capacity(calls); configs.len()];
     for call in 0..calls {
         // A then B, then B then A: neither always runs right after the other

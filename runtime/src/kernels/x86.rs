@@ -442,11 +442,22 @@ fn dot_i8_avx512(a: &[i8], b: &[i8]) -> i32 {
 /// +0.0 and adds products is never -0.0), then the tree of `reduce` in vectors.
 #[target_feature(enable = "avx2,f16c")]
 fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
+    dot_ahead_avx2::<W, false>(a, b)
+}
+
+/// [`dot_avx2`]; AHEAD: each chunk of `a` also asks for the bytes [`DECODE_AHEAD`] past it
+/// (decode on the CPUs [`decode_prefetch`] picks). A prefetch changes no arithmetic.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn dot_ahead_avx2<W: Weight, const AHEAD: bool>(a: &[W], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (ca, ra) = a.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
     let (cb, rb) = b.get(..n).unwrap_or(&[]).as_chunks::<LANES>();
     let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for (x, y) in ca.iter().zip(cb) {
+        if AHEAD {
+            _mm_prefetch::<_MM_HINT_T0>(x.as_ptr().cast::<u8>().wrapping_add(DECODE_AHEAD).cast());
+        }
         // SAFETY: x and y hold 16 elements; the loads read elements 0–7 and 8–15.
         unsafe {
             lo = _mm256_add_ps(lo, _mm256_mul_ps(W::load8(x.as_ptr()), _mm256_loadu_ps(y.as_ptr())));
@@ -470,7 +481,8 @@ fn dot_avx2<W: Weight>(a: &[W], b: &[f32]) -> f32 {
 /// twice the rate of four rows read side by side (measured: 30 vs 17.5 GB/s for 3 KiB rows,
 /// thread CPU time): the hardware prefetcher follows one stream well and several short ones
 /// badly, and a software prefetch made it worse. Two accumulator chains per row are enough to
-/// keep up with memory. Returns false, having written nothing, for other dtypes or batches.
+/// keep up with memory. Intel's cores want the prefetch (see [`decode_prefetch`]). Returns
+/// false, having written nothing, for other dtypes or batches.
 #[target_feature(enable = "avx2,f16c")]
 fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool) -> bool {
     let (rows, cols) = (w.rows, w.cols);
@@ -479,12 +491,43 @@ fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     }
     let x = x.get(..cols).unwrap_or(&[]);
     let mut store = move |o: usize, y: f32| super::store_out(out, rows, bias, acc, 0, o, y);
+    let ahead = decode_prefetch();
     match w.data {
+        MatrixData::F32(data) if ahead => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_ahead_avx2::<_, true>(r, x))),
+        MatrixData::F16(data) if ahead => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_ahead_avx2::<_, true>(r, x))),
         MatrixData::F32(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
         MatrixData::F16(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
         MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
     }
     true
+}
+
+/// How far ahead of its reads AVX2 decode asks for the f32/f16/q8 weights, where it does
+/// ([`decode_prefetch`]). On Sapphire Rapids (AVX2 path, GPT-2 124M, `host bench --prompt-len
+/// 1 -n 64`): f32 1-4 KiB all stream at the probe's rate, f16 is best at 1-2 KiB (4 KiB: 8%
+/// slower), q8 at 1-2 KiB (4 KiB: 9% slower, 8 KiB as prefill asks: 20%). q4 keeps its 8 KiB
+/// ([`PREFETCH_BYTES`]; 2-4 KiB were slower here too).
+const DECODE_AHEAD: usize = 2048;
+
+/// Whether AVX2 decode (f32/f16 rows, q8 blocks) asks for its weights [`DECODE_AHEAD`] bytes
+/// ahead with software prefetches. The memory systems disagree: on Intel's Golden Cove (a
+/// Sapphire Rapids on its AVX2 path, the P-core of the AVX2-only Alder/Raptor Lake desktops)
+/// one f32 row after the other streams 12.5 GB/s alone and 18 with the prefetch, against 18.3
+/// for a plain sum of the same bytes; on AMD's Zen 3 the hardware prefetcher alone was faster
+/// (f32 rows and q8 blocks, paired runs in BENCHMARKS.md). So: on for Intel, off for the
+/// rest; `GPT2_MCU_DECODE_PREFETCH=1` or `=0` sets it either way (to measure both on one
+/// CPU). Asked once.
+pub(super) fn decode_prefetch() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("GPT2_MCU_DECODE_PREFETCH").ok().as_deref() {
+        Some("1") => true,
+        Some("0") => false,
+        _ => {
+            // (cpuid leaf 0 exists on every x86-64 CPU: a safe intrinsic)
+            let id = __cpuid(0);
+            [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == *b"GenuineIntel"
+        }
+    })
 }
 
 // ---- f32 / f16 prefill with AVX2 -------------------------------------------------------------
@@ -594,6 +637,11 @@ struct KBlock {
 /// f32 values of the packed k-block of a group of rows the tiles read ([`DenseJob::pack`]).
 const PACKED_LEN: usize = K_CHUNKS * PACKED_CHUNK;
 
+/// The packed k-block, in vectors: aligned to 32 bytes, so that no load of 8 values crosses a
+/// cache line (an `[f32; N]` on the stack may sit at any multiple of 4, and half of its loads
+/// would then be split).
+type Packed = [__m256; PACKED_LEN / 8];
+
 impl<W: Weight> DenseJob<'_, W> {
     /// Rows `o..o+R` (their k-block packed in `packed`) × tokens `t..t+T` over one k-block: each half's
     /// accumulators come from `buf` (entries `tb..tb+T`, row r of the tile at `[r]`) unless it
@@ -607,7 +655,7 @@ impl<W: Weight> DenseJob<'_, W> {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &[f32; PACKED_LEN], o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &Packed, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], store: &mut impl FnMut(usize, usize, f32)) {
         let Self { w, x, cols } = *self;
         let zero = _mm256_setzero_ps();
         // SAFETY: tokens t..t+T exist and chunks c0..c1 are inside them (the caller's contract).
@@ -622,7 +670,7 @@ impl<W: Weight> DenseJob<'_, W> {
                 }
             }
             // SAFETY: the caller's contract (packed and the tokens hold chunks c0..c1).
-            *acc = unsafe { half_sums_avx2::<R, T>(*acc, packed.as_ptr().add(8 * TILE_ROWS * h), xp.map(|p| p.add(8 * h)), kb.c1 - kb.c0) };
+            *acc = unsafe { half_sums_avx2::<R, T>(*acc, packed.as_ptr().cast::<f32>().add(8 * TILE_ROWS * h), xp.map(|p| p.add(8 * h)), kb.c1 - kb.c0) };
         }
         // (by reference: arrays of vectors taken by value are copied through memcpy)
         let [lo, hi] = &halves;
@@ -656,7 +704,7 @@ impl<W: Weight> DenseJob<'_, W> {
     /// `kb.c1 ≤ cols / 16`; AVX2 and F16C.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn pack(&self, o: usize, nr: usize, kb: KBlock, packed: &mut [f32; PACKED_LEN]) {
+    unsafe fn pack(&self, o: usize, nr: usize, kb: KBlock, packed: &mut Packed) {
         let Self { w, cols, .. } = *self;
         // SAFETY: row o's chunk c0 is inside w (the caller's contract).
         let src = unsafe { w.as_ptr().add(o * cols + LANES * kb.c0) };
@@ -665,7 +713,7 @@ impl<W: Weight> DenseJob<'_, W> {
                 for h in 0..2 {
                     // SAFETY: row r's chunk c0 + i is inside w; PACKED_CHUNK · i + 8 · (TILE_ROWS
                     // · h + r) + 8 ≤ PACKED_LEN.
-                    unsafe { _mm256_storeu_ps(packed.as_mut_ptr().add(PACKED_CHUNK * i + 8 * (TILE_ROWS * h + r)), W::load8(src.add(r * cols + LANES * i + 8 * h))) };
+                    unsafe { _mm256_storeu_ps(packed.as_mut_ptr().cast::<f32>().add(PACKED_CHUNK * i + 8 * (TILE_ROWS * h + r)), W::load8(src.add(r * cols + LANES * i + 8 * h))) };
                 }
             }
         }
@@ -686,7 +734,7 @@ impl<W: Weight> DenseJob<'_, W> {
         let full_rows = rows / TILE_ROWS * TILE_ROWS;
         let row_bytes = cols * core::mem::size_of::<W>();
         let mut buf = [[[_mm256_setzero_ps(); 2]; TILE_ROWS]; BLOCK_TOKENS];
-        let mut packed = [0.0f32; PACKED_LEN];
+        let mut packed: Packed = [_mm256_setzero_ps(); PACKED_LEN / 8];
         for t0 in (0..tokens).step_by(block_tokens) {
             let t1 = (t0 + block_tokens).min(tokens);
             let token_tiles = (t1 - t0).div_ceil(TILE_TOKENS);
@@ -1949,7 +1997,8 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     };
     let row_bytes = if q4 { cols / 2 } else { cols };
     let full = group == VNNI_GROUP && gpr % AVX2_BLOCK == 0;
-    let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr() };
+    let ahead = decode_prefetch();
+    let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr(), ahead };
     let mut store = move |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
     for r0 in (0..rows).step_by(block_rows) {
@@ -2016,6 +2065,8 @@ struct Avx2Quant {
     xs: *const f32,
     /// Sums of the int8 values `[T, gpr]`.
     sums: *const i32,
+    /// q8 decode asks for the weights ahead too ([`decode_prefetch`]; prefill always does).
+    ahead: bool,
 }
 
 /// The first `n` of 4 dword lanes set (a `vpmaskmovd` mask).
@@ -2134,20 +2185,22 @@ impl Avx2Quant {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn block_q8<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g0: usize, ng: usize, masks: Option<&[[__m128i; 2]; AVX2_BLOCK]>, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
-        let Self { gpr, group, x_stride, wide, xs, .. } = *self;
+        let Self { gpr, group, x_stride, wide, xs, ahead, .. } = *self;
         // SAFETY (every raw read): the caller's contract; masked loads touch only the lanes they
         // keep.
         unsafe {
             let zero = _mm256_setzero_si256();
             let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
             let wblk = wrow.wrapping_add(group * g0);
-            // prefill (several tokens a block) asks for the next weights ahead; decode does not:
-            // on Zen 3 the hardware prefetcher alone streams q8 decode faster (GPT-2 124M q8,
-            // paired A/B runs: 84-90 -> 91-96 tok/s), while q4 (half the bytes per weight, so
-            // less time per line) loses a fifth without its prefetch (block_q4)
-            if NT > 1 {
+            // prefill (several tokens a block) asks for the next weights ahead; decode only
+            // where decode_prefetch says: on Zen 3 the hardware prefetcher alone streams q8
+            // decode faster (GPT-2 124M q8, paired A/B runs: 84-90 -> 91-96 tok/s), while q4
+            // (half the bytes per weight, so less time per line) loses a fifth without its
+            // prefetch (block_q4)
+            if NT > 1 || ahead {
+                let d = if NT > 1 { PREFETCH_BYTES } else { DECODE_AHEAD };
                 for line in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(d + 64 * line).cast());
                 }
             }
             let fmask = mask8(ng);
