@@ -1,0 +1,134 @@
+//! The most 8-lane f32 multiply-accumulates a second one core can do from registers, as the
+//! determinism rule has them (a rounded multiply, then a rounded add: two instructions) and as
+//! FMA does them (one), on AVX2. The ratio is what a kernel under the rule can reach at best
+//! against one allowed to fuse (llama.cpp's), on this CPU: Zen 3/4 have two multiply and two
+//! add pipes, so both come to 16 a cycle; Intel's Golden Cove (Sapphire Rapids, Alder Lake's
+//! P-cores) multiplies on two ports and adds on two, one of them shared, so mul + add gets
+//! three ports where FMA gets two full ones.
+//!
+//! ```sh
+//! cargo run --release -p kernel-benches --bin fp-peak
+//! ```
+//!
+//! Twelve independent chains (enough to cover either instruction's latency), each iteration 12
+//! multiply-accumulates of 8 lanes; best of 5 runs of 10^8 iterations.
+
+#[cfg(target_arch = "x86_64")]
+fn main() {
+    if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+        println!("fp-peak: this CPU has no AVX2/FMA");
+        return;
+    }
+    let iters = 100_000_000u64; // at least 1
+    let best = |f: unsafe fn(u64)| {
+        (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                // SAFETY: AVX2 and FMA checked above.
+                unsafe { f(iters) };
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let macs = (iters * 12 * 8) as f64;
+    let (mul_add, fma) = (best(mul_add_chains), best(fma_chains));
+    println!("multiply then add (the determinism rule): {:5.1} G MAC/s", macs / mul_add / 1e9);
+    println!("fused multiply-add (FMA):                 {:5.1} G MAC/s", macs / fma / 1e9);
+    println!("multiply then add at {:.2} of FMA's rate", fma / mul_add);
+}
+
+/// `acc_i = acc_i + a · b` on ymm0–11 from +0.0 (a = b = 1.0001 in ymm12, ymm13: normal numbers
+/// throughout, no assists), products through ymm14/15, `iters` times.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn mul_add_chains(iters: u64) {
+    let a = core::arch::x86_64::_mm256_set1_ps(1.0001);
+    // SAFETY: registers only.
+    unsafe {
+        core::arch::asm!(
+                "vxorps ymm0, ymm0, ymm0",
+                "vxorps ymm1, ymm1, ymm1",
+                "vxorps ymm2, ymm2, ymm2",
+                "vxorps ymm3, ymm3, ymm3",
+                "vxorps ymm4, ymm4, ymm4",
+                "vxorps ymm5, ymm5, ymm5",
+                "vxorps ymm6, ymm6, ymm6",
+                "vxorps ymm7, ymm7, ymm7",
+                "vxorps ymm8, ymm8, ymm8",
+                "vxorps ymm9, ymm9, ymm9",
+                "vxorps ymm10, ymm10, ymm10",
+                "vxorps ymm11, ymm11, ymm11",
+                "2:",
+                "vmulps ymm14, ymm12, ymm13", "vaddps ymm0, ymm0, ymm14",
+                "vmulps ymm15, ymm12, ymm13", "vaddps ymm1, ymm1, ymm15",
+                "vmulps ymm14, ymm12, ymm13", "vaddps ymm2, ymm2, ymm14",
+                "vmulps ymm15, ymm12, ymm13", "vaddps ymm3, ymm3, ymm15",
+                "vmulps ymm14, ymm12, ymm13", "vaddps ymm4, ymm4, ymm14",
+                "vmulps ymm15, ymm12, ymm13", "vaddps ymm5, ymm5, ymm15",
+                "vmulps ymm14, ymm12, ymm13", "vaddps ymm6, ymm6, ymm14",
+                "vmulps ymm15, ymm12, ymm13", "vaddps ymm7, ymm7, ymm15",
+                "vmulps ymm14, ymm12, ymm13", "vaddps ymm8, ymm8, ymm14",
+                "vmulps ymm15, ymm12, ymm13", "vaddps ymm9, ymm9, ymm15",
+                "vmulps ymm14, ymm12, ymm13", "vaddps ymm10, ymm10, ymm14",
+                "vmulps ymm15, ymm12, ymm13", "vaddps ymm11, ymm11, ymm15",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) iters => _,
+                in("ymm12") a, in("ymm13") a,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                out("ymm14") _, out("ymm15") _,
+                options(nomem, nostack),
+        );
+    }
+}
+
+/// `acc_i = fma(a, b, acc_i)` on ymm0–11, as above.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_chains(iters: u64) {
+    let a = core::arch::x86_64::_mm256_set1_ps(1.0001);
+    // SAFETY: registers only.
+    unsafe {
+        core::arch::asm!(
+                "vxorps ymm0, ymm0, ymm0",
+                "vxorps ymm1, ymm1, ymm1",
+                "vxorps ymm2, ymm2, ymm2",
+                "vxorps ymm3, ymm3, ymm3",
+                "vxorps ymm4, ymm4, ymm4",
+                "vxorps ymm5, ymm5, ymm5",
+                "vxorps ymm6, ymm6, ymm6",
+                "vxorps ymm7, ymm7, ymm7",
+                "vxorps ymm8, ymm8, ymm8",
+                "vxorps ymm9, ymm9, ymm9",
+                "vxorps ymm10, ymm10, ymm10",
+                "vxorps ymm11, ymm11, ymm11",
+                "2:",
+                "vfmadd231ps ymm0, ymm12, ymm13",
+                "vfmadd231ps ymm1, ymm12, ymm13",
+                "vfmadd231ps ymm2, ymm12, ymm13",
+                "vfmadd231ps ymm3, ymm12, ymm13",
+                "vfmadd231ps ymm4, ymm12, ymm13",
+                "vfmadd231ps ymm5, ymm12, ymm13",
+                "vfmadd231ps ymm6, ymm12, ymm13",
+                "vfmadd231ps ymm7, ymm12, ymm13",
+                "vfmadd231ps ymm8, ymm12, ymm13",
+                "vfmadd231ps ymm9, ymm12, ymm13",
+                "vfmadd231ps ymm10, ymm12, ymm13",
+                "vfmadd231ps ymm11, ymm12, ymm13",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) iters => _,
+                in("ymm12") a, in("ymm13") a,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                out("ymm14") _, out("ymm15") _,
+                options(nomem, nostack),
+        );
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn main() {
+    println!("fp-peak: x86-64 only");
+}
