@@ -606,6 +606,27 @@ unsafe fn half_sums_avx2<const R: usize, const T: usize>(mut acc: [[__m256; T]; 
     acc
 }
 
+/// Steps 2–4 of [`super::reduce`]'s tree (lanes i + i+4, i + i+2, i + i+1) for eight sums side
+/// by side: `a8[p]` holds step 1 (lane i + lane i+8) of sum p, and lane p of the result is the
+/// sum (each lane adds what [`reduce_avx2`] adds, in its order: the same bits).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn trees8_avx2(a8: &[__m256; 8]) -> __m256 {
+    // step 2 (i + i+4): sums p, p+1 in the two 128-bit halves
+    let mut a4 = [_mm256_setzero_ps(); 4];
+    for (a, &[x, y]) in a4.iter_mut().zip(a8.as_chunks::<2>().0) {
+        *a = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(x, y), _mm256_permute2f128_ps::<0x31>(x, y));
+    }
+    // step 3 (i + i+2): per half, [x0+x2, x1+x3] of one sum, then of another
+    let mut a2 = [_mm256_setzero_ps(); 2];
+    for (a, &[x, y]) in a2.iter_mut().zip(a4.as_chunks::<2>().0) {
+        *a = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(x, y), _mm256_shuffle_ps::<0xEE>(x, y));
+    }
+    // step 4 (i + i+1): element j of half h holds sum (h + 2·(j % 2) + 4·(j / 2))
+    let a1 = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(a2[0], a2[1]), _mm256_shuffle_ps::<0xDD>(a2[0], a2[1]));
+    _mm256_permutevar8x32_ps(a1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
 /// [`super::reduce`] of the 16 lanes in `lo` (0–7) and `hi` (8–15): lanes i + i+8, then
 /// i + i+4, i + i+2, i + i+1 (the same tree, the same bits).
 #[inline]
@@ -616,6 +637,52 @@ fn reduce_avx2(lo: __m256, hi: __m256) -> f32 {
     let a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
     let a1 = _mm_add_ss(a2, _mm_shuffle_ps::<1>(a2, a2));
     _mm_cvtss_f32(a1)
+}
+
+/// Where a prefill call's outputs go: `out[t, o] (+)= y + bias[o]` ([`super::store_out`]).
+struct OutRows<'a> {
+    out: &'a mut [f32],
+    rows: usize,
+    bias: &'a [f32],
+    acc: bool,
+}
+
+impl OutRows<'_> {
+    /// Output (t, o) from y.
+    #[inline]
+    fn one(&mut self, t: usize, o: usize, y: f32) {
+        super::store_out(self.out, self.rows, self.bias, self.acc, t, o, y)
+    }
+
+    /// Outputs (t, o..o+n) from lanes 0..n of `y` (n ≤ 8), in vectors: lane for lane what
+    /// [`Self::one`] does (y + bias, then out + that), the same bits. Falls back to `one` where
+    /// the rows, the outputs or the bias do not hold all n.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes(&mut self, t: usize, o: usize, n: usize, y: __m256) {
+        let at = t * self.rows + o;
+        let bias_ok = self.bias.is_empty() || self.bias.len() >= o + n;
+        if n > 8 || o + n > self.rows || at + n > self.out.len() || !bias_ok {
+            let mut v = [0.0f32; 8];
+            // SAFETY: v is [f32; 8].
+            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), y) };
+            for (j, &y) in v.iter().enumerate().take(n) {
+                self.one(t, o + j, y);
+            }
+            return;
+        }
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        // SAFETY: lanes below n only (the mask): out[at..at+n] and bias[o..o+n] exist (checked).
+        unsafe {
+            let b = if self.bias.is_empty() { _mm256_setzero_ps() } else { _mm256_maskload_ps(self.bias.as_ptr().add(o), mask) };
+            let p = self.out.as_mut_ptr().add(at);
+            let mut v = _mm256_add_ps(y, b);
+            if self.acc {
+                v = _mm256_add_ps(_mm256_maskload_ps(p, mask), v);
+            }
+            _mm256_maskstore_ps(p, mask, v);
+        }
+    }
 }
 
 /// One f32/f16 prefill call: weights `[rows, cols]`, activations `[tokens, cols]`.
@@ -655,7 +722,7 @@ impl<W: Weight> DenseJob<'_, W> {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &Packed, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &Packed, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], out: &mut OutRows<'_>) {
         let Self { w, x, cols } = *self;
         let zero = _mm256_setzero_ps();
         // SAFETY: tokens t..t+T exist and chunks c0..c1 are inside them (the caller's contract).
@@ -674,6 +741,18 @@ impl<W: Weight> DenseJob<'_, W> {
         }
         // (by reference: arrays of vectors taken by value are copied through memcpy)
         let [lo, hi] = &halves;
+        if kb.last && LANES * kb.c1 == cols && R > 1 {
+            // each token's R outputs finished side by side (their trees in one pass, the
+            // epilogue in vectors: one reduction and one store each cost as much as a chunk)
+            for k in 0..T {
+                let a8: [__m256; 8] = core::array::from_fn(|r| match (lo.get(r).and_then(|l| l.get(k)), hi.get(r).and_then(|h| h.get(k))) {
+                    (Some(&l), Some(&h)) => _mm256_add_ps(l, h),
+                    _ => _mm256_setzero_ps(),
+                });
+                out.lanes(t + k, o, R, trees8_avx2(&a8));
+            }
+            return;
+        }
         for (r, (lo, hi)) in lo.iter().zip(hi).enumerate() {
             for (k, (&lo, &hi)) in lo.iter().zip(hi).enumerate() {
                 if !kb.last {
@@ -689,7 +768,7 @@ impl<W: Weight> DenseJob<'_, W> {
                 } else {
                     finish(lanes_avx2(lo, hi), w.get(o * cols + done..(o + 1) * cols).unwrap_or(&[]), x.get(t * cols + done..(t + 1) * cols).unwrap_or(&[]))
                 };
-                store(t, o, y);
+                out.one(t, o, y);
             }
         }
     }
@@ -722,7 +801,7 @@ impl<W: Weight> DenseJob<'_, W> {
     /// Every output of `rows` rows × `tokens` tokens (see the section's comment for the order).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn run(&self, rows: usize, tokens: usize, store: &mut impl FnMut(usize, usize, f32)) {
+    fn run(&self, rows: usize, tokens: usize, out: &mut OutRows<'_>) {
         let cols = self.cols;
         if self.w.len() < rows * cols || self.x.len() < tokens * cols {
             return;
@@ -754,20 +833,26 @@ impl<W: Weight> DenseJob<'_, W> {
                     // time: the memory system follows it better than several side by side)
                     let per_row = seg.div_ceil(64).max(1);
                     let lines = (per_row * TILE_ROWS).div_ceil(token_tiles);
-                    for (i, t) in (t0..t1).step_by(TILE_TOKENS).enumerate() {
-                        for l in i * lines..(i + 1) * lines {
-                            let (r, line) = (l / per_row, l % per_row);
+                    // the next line to ask for: row r, line `line` of its segment (a cursor, not
+                    // a division per line)
+                    let (mut r, mut line) = (0, 0);
+                    for t in (t0..t1).step_by(TILE_TOKENS) {
+                        for _ in 0..lines {
                             _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * row_bytes + 64 * line).cast());
+                            line += 1;
+                            if line == per_row {
+                                (r, line) = (r + 1, 0);
+                            }
                         }
                         let tb = t - t0;
                         // SAFETY: o + nr ≤ rows, t + (1 or 2) ≤ t1 ≤ tokens, tb + 2 ≤
                         // BLOCK_TOKENS, packed holds chunks c0..c1 ≤ cols / 16 of rows o..o+nr.
                         unsafe {
                             match (nr == TILE_ROWS, t + TILE_TOKENS <= t1) {
-                                (true, true) => self.tile::<TILE_ROWS, TILE_TOKENS>(&packed, o, t, tb, kb, &mut buf, store),
-                                (true, false) => self.tile::<TILE_ROWS, 1>(&packed, o, t, tb, kb, &mut buf, store),
-                                (false, true) => self.tile::<1, TILE_TOKENS>(&packed, o, t, tb, kb, &mut buf, store),
-                                (false, false) => self.tile::<1, 1>(&packed, o, t, tb, kb, &mut buf, store),
+                                (true, true) => self.tile::<TILE_ROWS, TILE_TOKENS>(&packed, o, t, tb, kb, &mut buf, out),
+                                (true, false) => self.tile::<TILE_ROWS, 1>(&packed, o, t, tb, kb, &mut buf, out),
+                                (false, true) => self.tile::<1, TILE_TOKENS>(&packed, o, t, tb, kb, &mut buf, out),
+                                (false, false) => self.tile::<1, 1>(&packed, o, t, tb, kb, &mut buf, out),
                             }
                         }
                     }
@@ -791,10 +876,10 @@ fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], 
     if tokens < TILE_TOKENS {
         return false;
     }
-    let mut store = move |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, acc, t, o, y);
+    let mut out = OutRows { out, rows, bias, acc };
     match w.data {
-        MatrixData::F32(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
-        MatrixData::F16(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut store),
+        MatrixData::F32(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut out),
+        MatrixData::F16(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut out),
         MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
     }
     true
@@ -926,24 +1011,12 @@ fn scores_avx2<W: Weight>(q: &[f32], keys: &HeadRows<'_, W>, scale: f32, scores:
         for s in s0 + 8..s0 + 16 {
             prefetch_row(row(s), d);
         }
-        // step 1 (lane i + lane i+8) of each position: a8[p]
+        // step 1 (lane i + lane i+8) of each position: a8[p], then the other steps side by side
         let a8: [__m256; 8] = core::array::from_fn(|p| {
             let [lo, hi] = unsafe { query.lane_sums(row(s0 + p)) };
             _mm256_add_ps(lo, hi)
         });
-        // step 2 (i + i+4): positions p, p+1 in the two 128-bit halves
-        let mut a4 = [_mm256_setzero_ps(); 4];
-        for (a, &[x, y]) in a4.iter_mut().zip(a8.as_chunks::<2>().0) {
-            *a = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(x, y), _mm256_permute2f128_ps::<0x31>(x, y));
-        }
-        // step 3 (i + i+2): per half, [x0+x2, x1+x3] of one position, then of another
-        let mut a2 = [_mm256_setzero_ps(); 2];
-        for (a, &[x, y]) in a2.iter_mut().zip(a4.as_chunks::<2>().0) {
-            *a = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(x, y), _mm256_shuffle_ps::<0xEE>(x, y));
-        }
-        // step 4 (i + i+1): element j of half h holds position (h + 2·(j % 2) + 4·(j / 2))
-        let a1 = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(a2[0], a2[1]), _mm256_shuffle_ps::<0xDD>(a2[0], a2[1]));
-        let sums = _mm256_permutevar8x32_ps(a1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let sums = trees8_avx2(&a8);
         // SAFETY: out is [f32; 8].
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sums, scale8)) };
     }
@@ -1432,22 +1505,26 @@ mod tests {
             for (tokens, scratch_rows) in [(1usize, 0usize), (2, 0), (2, 3), (3, 0), (4, 0), (5, 0), (9, 0), (9, 64), (13, 4), (8, 7), (8, 3), (7, 2), (67, 5)] {
                 let x: std::vec::Vec<f32> = (0..tokens * cols).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
                 let mats = [Matrix { rows, cols, data: MatrixData::F32(&w) }, Matrix { rows, cols, data: MatrixData::F16(&wh) }];
+                // with bias and accumulate, and (the AVX2 tiles' vector epilogue has its own
+                // paths for them) without either, every other case
+                let plain = (tokens + rows) % 2 == 1;
+                let (bias, acc): (&[f32], bool) = if plain { (&[], false) } else { (&bias, true) };
                 for m in &mats {
                     let mut slow = std::vec![0.5f32; tokens * rows];
-                    linear_impl(&super::super::Portable, &mut slow, &x, m, &bias, true, &mut []);
+                    linear_impl(&super::super::Portable, &mut slow, &x, m, bias, acc, &mut []);
                     let s: std::vec::Vec<u32> = slow.iter().map(|v| v.to_bits()).collect();
-                    let what = std::format!("rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows} f16 {}", matches!(m.data, MatrixData::F16(_)));
+                    let what = std::format!("rows {rows} cols {cols} tokens {tokens} scratch rows {scratch_rows} f16 {} bias and accumulate {}", matches!(m.data, MatrixData::F16(_)), !plain);
                     if let Some(d) = &avx512 {
                         let mut fast = std::vec![0.5f32; tokens * rows];
                         let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
-                        d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                        d.linear(&mut fast, &x, m, bias, acc, &mut scratch);
                         let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
                         assert_eq!(f, s, "AVX-512: {what}");
                     }
                     if let Some(d) = &avx2 {
                         let mut fast = std::vec![0.5f32; tokens * rows];
                         let mut scratch = std::vec![f32::NAN; scratch_rows * cols];
-                        d.linear(&mut fast, &x, m, &bias, true, &mut scratch);
+                        d.linear(&mut fast, &x, m, bias, acc, &mut scratch);
                         let f: std::vec::Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
                         assert_eq!(f, s, "AVX2: {what}");
                     }
