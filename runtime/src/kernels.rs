@@ -602,6 +602,27 @@ fn store_out(out: &mut [f32], rows: usize, bias: &[f32], accumulate: bool, t: us
     }
 }
 
+/// Where a desktop SIMD `linear` kernel's outputs go: `out[t, o] (+)= y + bias[o]`, as
+/// [`store_out`] does. Each architecture's module adds the stores its kernels make several at a
+/// time (x86 AVX2: a token's outputs in a vector; aarch64: a tile's rows per token).
+#[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) struct Outputs<'a> {
+    pub out: &'a mut [f32],
+    /// Outputs per token.
+    pub rows: usize,
+    pub bias: &'a [f32],
+    pub accumulate: bool,
+}
+
+#[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
+impl Outputs<'_> {
+    /// Output (t, o) from y ([`store_out`]).
+    #[inline]
+    pub fn one(&mut self, t: usize, o: usize, y: f32) {
+        store_out(self.out, self.rows, self.bias, self.accumulate, t, o, y)
+    }
+}
+
 /// A q8/q4 `linear` call as the desktop SIMD kernels (x86 VNNI and AVX2, aarch64 SDOT) take
 /// it: the weights checked to hold `rows` rows, and the activations of `tokens` tokens
 /// quantized into the scratch and checked to be whole.

@@ -37,96 +37,71 @@ fn main() {
     println!("multiply then add at {:.2} of FMA's rate", fma / mul_add);
 }
 
-/// `acc_i = acc_i + a · b` on ymm0–11 from +0.0 (a = b = 1.0001 in ymm12, ymm13: normal numbers
-/// throughout, no assists), products through ymm14/15, `iters` times.
+/// An `unsafe fn NAME(iters)` running the loop body `BODY` (instructions on ymm0–11, the
+/// accumulators, from +0.0; ymm12 = ymm13 = 1.0001, normal numbers throughout, no assists;
+/// ymm14/15 free) `iters` times.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn mul_add_chains(iters: u64) {
-    let a = core::arch::x86_64::_mm256_set1_ps(1.0001);
-    // SAFETY: registers only.
-    unsafe {
-        core::arch::asm!(
-                "vxorps ymm0, ymm0, ymm0",
-                "vxorps ymm1, ymm1, ymm1",
-                "vxorps ymm2, ymm2, ymm2",
-                "vxorps ymm3, ymm3, ymm3",
-                "vxorps ymm4, ymm4, ymm4",
-                "vxorps ymm5, ymm5, ymm5",
-                "vxorps ymm6, ymm6, ymm6",
-                "vxorps ymm7, ymm7, ymm7",
-                "vxorps ymm8, ymm8, ymm8",
-                "vxorps ymm9, ymm9, ymm9",
-                "vxorps ymm10, ymm10, ymm10",
-                "vxorps ymm11, ymm11, ymm11",
-                "2:",
-                "vmulps ymm14, ymm12, ymm13", "vaddps ymm0, ymm0, ymm14",
-                "vmulps ymm15, ymm12, ymm13", "vaddps ymm1, ymm1, ymm15",
-                "vmulps ymm14, ymm12, ymm13", "vaddps ymm2, ymm2, ymm14",
-                "vmulps ymm15, ymm12, ymm13", "vaddps ymm3, ymm3, ymm15",
-                "vmulps ymm14, ymm12, ymm13", "vaddps ymm4, ymm4, ymm14",
-                "vmulps ymm15, ymm12, ymm13", "vaddps ymm5, ymm5, ymm15",
-                "vmulps ymm14, ymm12, ymm13", "vaddps ymm6, ymm6, ymm14",
-                "vmulps ymm15, ymm12, ymm13", "vaddps ymm7, ymm7, ymm15",
-                "vmulps ymm14, ymm12, ymm13", "vaddps ymm8, ymm8, ymm14",
-                "vmulps ymm15, ymm12, ymm13", "vaddps ymm9, ymm9, ymm15",
-                "vmulps ymm14, ymm12, ymm13", "vaddps ymm10, ymm10, ymm14",
-                "vmulps ymm15, ymm12, ymm13", "vaddps ymm11, ymm11, ymm15",
-                "dec {n}",
-                "jnz 2b",
-                n = inout(reg) iters => _,
-                in("ymm12") a, in("ymm13") a,
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-                out("ymm14") _, out("ymm15") _,
-                options(nomem, nostack),
-        );
-    }
+macro_rules! chains {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $($body:literal,)*) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        unsafe fn $name(iters: u64) {
+            let a = core::arch::x86_64::_mm256_set1_ps(1.0001);
+            // SAFETY: registers only.
+            unsafe {
+                core::arch::asm!(
+                    "vxorps ymm0, ymm0, ymm0", "vxorps ymm1, ymm1, ymm1", "vxorps ymm2, ymm2, ymm2", "vxorps ymm3, ymm3, ymm3", "vxorps ymm4, ymm4, ymm4", "vxorps ymm5, ymm5, ymm5", "vxorps ymm6, ymm6, ymm6", "vxorps ymm7, ymm7, ymm7", "vxorps ymm8, ymm8, ymm8", "vxorps ymm9, ymm9, ymm9", "vxorps ymm10, ymm10, ymm10", "vxorps ymm11, ymm11, ymm11",
+                    "2:",
+                    $($body,)*
+                    "dec {n}",
+                    "jnz 2b",
+                    n = inout(reg) iters => _,
+                    in("ymm12") a, in("ymm13") a,
+                    out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+                    out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                    out("ymm14") _, out("ymm15") _,
+                    options(nomem, nostack),
+                );
+            }
+        }
+    };
 }
 
-/// `acc_i = fma(a, b, acc_i)` on ymm0–11, as above.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn fma_chains(iters: u64) {
-    let a = core::arch::x86_64::_mm256_set1_ps(1.0001);
-    // SAFETY: registers only.
-    unsafe {
-        core::arch::asm!(
-                "vxorps ymm0, ymm0, ymm0",
-                "vxorps ymm1, ymm1, ymm1",
-                "vxorps ymm2, ymm2, ymm2",
-                "vxorps ymm3, ymm3, ymm3",
-                "vxorps ymm4, ymm4, ymm4",
-                "vxorps ymm5, ymm5, ymm5",
-                "vxorps ymm6, ymm6, ymm6",
-                "vxorps ymm7, ymm7, ymm7",
-                "vxorps ymm8, ymm8, ymm8",
-                "vxorps ymm9, ymm9, ymm9",
-                "vxorps ymm10, ymm10, ymm10",
-                "vxorps ymm11, ymm11, ymm11",
-                "2:",
-                "vfmadd231ps ymm0, ymm12, ymm13",
-                "vfmadd231ps ymm1, ymm12, ymm13",
-                "vfmadd231ps ymm2, ymm12, ymm13",
-                "vfmadd231ps ymm3, ymm12, ymm13",
-                "vfmadd231ps ymm4, ymm12, ymm13",
-                "vfmadd231ps ymm5, ymm12, ymm13",
-                "vfmadd231ps ymm6, ymm12, ymm13",
-                "vfmadd231ps ymm7, ymm12, ymm13",
-                "vfmadd231ps ymm8, ymm12, ymm13",
-                "vfmadd231ps ymm9, ymm12, ymm13",
-                "vfmadd231ps ymm10, ymm12, ymm13",
-                "vfmadd231ps ymm11, ymm12, ymm13",
-                "dec {n}",
-                "jnz 2b",
-                n = inout(reg) iters => _,
-                in("ymm12") a, in("ymm13") a,
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-                out("ymm14") _, out("ymm15") _,
-                options(nomem, nostack),
-        );
-    }
-}
+chains!(
+    /// `acc_i = acc_i + a · b`, the product through ymm14/15.
+    mul_add_chains, "avx2",
+    "vmulps ymm14, ymm12, ymm13", "vaddps ymm0, ymm0, ymm14",
+    "vmulps ymm15, ymm12, ymm13", "vaddps ymm1, ymm1, ymm15",
+    "vmulps ymm14, ymm12, ymm13", "vaddps ymm2, ymm2, ymm14",
+    "vmulps ymm15, ymm12, ymm13", "vaddps ymm3, ymm3, ymm15",
+    "vmulps ymm14, ymm12, ymm13", "vaddps ymm4, ymm4, ymm14",
+    "vmulps ymm15, ymm12, ymm13", "vaddps ymm5, ymm5, ymm15",
+    "vmulps ymm14, ymm12, ymm13", "vaddps ymm6, ymm6, ymm14",
+    "vmulps ymm15, ymm12, ymm13", "vaddps ymm7, ymm7, ymm15",
+    "vmulps ymm14, ymm12, ymm13", "vaddps ymm8, ymm8, ymm14",
+    "vmulps ymm15, ymm12, ymm13", "vaddps ymm9, ymm9, ymm15",
+    "vmulps ymm14, ymm12, ymm13", "vaddps ymm10, ymm10, ymm14",
+    "vmulps ymm15, ymm12, ymm13", "vaddps ymm11, ymm11, ymm15",
+);
+
+#[cfg(target_arch = "x86_64")]
+chains!(
+    /// `acc_i = fma(a, b, acc_i)`.
+    fma_chains, "avx2,fma",
+    "vfmadd231ps ymm0, ymm12, ymm13",
+    "vfmadd231ps ymm1, ymm12, ymm13",
+    "vfmadd231ps ymm2, ymm12, ymm13",
+    "vfmadd231ps ymm3, ymm12, ymm13",
+    "vfmadd231ps ymm4, ymm12, ymm13",
+    "vfmadd231ps ymm5, ymm12, ymm13",
+    "vfmadd231ps ymm6, ymm12, ymm13",
+    "vfmadd231ps ymm7, ymm12, ymm13",
+    "vfmadd231ps ymm8, ymm12, ymm13",
+    "vfmadd231ps ymm9, ymm12, ymm13",
+    "vfmadd231ps ymm10, ymm12, ymm13",
+    "vfmadd231ps ymm11, ymm12, ymm13",
+);
 
 #[cfg(not(target_arch = "x86_64"))]
 fn main() {

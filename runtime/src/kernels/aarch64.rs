@@ -43,7 +43,7 @@ extern crate std;
 use core::arch::aarch64::*;
 use core::arch::asm;
 
-use super::{quant_job, store_out, Matrix, QuantJob, QuantOrder};
+use super::{quant_job, Matrix, Outputs, QuantJob, QuantOrder};
 
 /// The group size the SDOT kernels handle (the converter's default); other groups take the
 /// portable path.
@@ -75,7 +75,7 @@ pub(super) fn linear_quant_sdot(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias
         return false;
     };
     let (q, xs, sums) = (q.as_ptr(), xs.as_ptr(), sums.as_ptr());
-    let mut out = Out { out, rows, bias, accumulate };
+    let mut out = Outputs { out, rows, bias, accumulate };
     // SAFETY: rows·row_bytes bytes of weights, rows·gpr scales, and the activations of
     // `tokens` tokens (checked above).
     unsafe {
@@ -88,32 +88,25 @@ pub(super) fn linear_quant_sdot(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias
     true
 }
 
-/// The output of a [`linear_quant_sdot`] call and its epilogue.
-struct Out<'a> {
-    out: &'a mut [f32],
-    rows: usize,
-    bias: &'a [f32],
-    accumulate: bool,
-}
-
-impl Out<'_> {
+/// The SDOT kernel's epilogue.
+impl Outputs<'_> {
     /// Stores the results of rows `o..o+R` × tokens `t0..t0+T` (`ys[row][token]`) as
-    /// `store_out` does (`y + bias`, then added to the output with `accumulate`), each token's
+    /// [`Outputs::one`] does (`y + bias`, then added to the output with `accumulate`), each token's
     /// R outputs (contiguous) checked once.
     #[inline(always)]
     fn put<const R: usize, const T: usize>(&mut self, o: usize, t0: usize, ys: &[[f32; T]; R]) {
-        let Self { ref mut out, rows, bias, accumulate } = *self;
+        let (rows, bias, accumulate) = (self.rows, self.bias, self.accumulate);
         for t in 0..T {
             let col = ys.iter().map(|y| y.get(t).copied().unwrap_or(0.0));
             let at = (t0 + t) * rows + o;
-            if let Some(dst) = out.get_mut(at..at + R) {
+            if let Some(dst) = self.out.get_mut(at..at + R) {
                 for (r, (d, y)) in dst.iter_mut().zip(col).enumerate() {
                     let y = y + bias.get(o + r).copied().unwrap_or(0.0);
                     *d = if accumulate { *d + y } else { y };
                 }
             } else {
                 for (r, y) in col.enumerate() {
-                    store_out(out, rows, bias, accumulate, t0 + t, o + r, y);
+                    self.one(t0 + t, o + r, y);
                 }
             }
         }
@@ -151,7 +144,7 @@ impl<const Q4: bool> Operands<Q4> {
     /// `w` must hold `rows · row_bytes` bytes, `ws` `rows · gpr` scales, and the activations
     /// `tokens` tokens.
     #[target_feature(enable = "dotprod")]
-    unsafe fn run(&self, rows: usize, tokens: usize, out: &mut Out<'_>) {
+    unsafe fn run(&self, rows: usize, tokens: usize, out: &mut Outputs<'_>) {
         // SAFETY: as above.
         unsafe {
             if tokens < PREFILL_TOKENS {
@@ -169,7 +162,7 @@ impl<const Q4: bool> Operands<Q4> {
     /// As [`Operands::run`].
     #[inline]
     #[target_feature(enable = "dotprod")]
-    unsafe fn sweep<const R: usize, const T: usize>(&self, rows: usize, tokens: usize, out: &mut Out<'_>) {
+    unsafe fn sweep<const R: usize, const T: usize>(&self, rows: usize, tokens: usize, out: &mut Outputs<'_>) {
         let (full_rows, full_tokens) = (rows - rows % R, tokens - tokens % T);
         // SAFETY (every `tile`): its rows are < rows and its tokens < tokens.
         for o in (0..full_rows).step_by(R) {

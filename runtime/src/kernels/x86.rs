@@ -10,7 +10,7 @@ use half::f16;
 
 mod amx;
 
-use super::{attention_impl, linear_impl, quant_job, reduce, wide16_len, Attend, Dots, KvElem, Matrix, MatrixData, QuantJob, QuantOrder, LANES};
+use super::{attention_impl, linear_impl, quant_job, reduce, wide16_len, Attend, Dots, KvElem, Matrix, MatrixData, Outputs, QuantJob, QuantOrder, LANES};
 use crate::kv_cache::{HeadRows, KvHead};
 
 /// Whether the CPU has AVX-512F/BW, and `GPT2_MCU_NO_AVX512` (set and not "0") does not turn
@@ -639,23 +639,10 @@ fn reduce_avx2(lo: __m256, hi: __m256) -> f32 {
     _mm_cvtss_f32(a1)
 }
 
-/// Where a prefill call's outputs go: `out[t, o] (+)= y + bias[o]` ([`super::store_out`]).
-struct OutRows<'a> {
-    out: &'a mut [f32],
-    rows: usize,
-    bias: &'a [f32],
-    acc: bool,
-}
-
-impl OutRows<'_> {
-    /// Output (t, o) from y.
-    #[inline]
-    fn one(&mut self, t: usize, o: usize, y: f32) {
-        super::store_out(self.out, self.rows, self.bias, self.acc, t, o, y)
-    }
-
+/// The AVX2 prefill tiles' stores.
+impl Outputs<'_> {
     /// Outputs (t, o..o+n) from lanes 0..n of `y` (n ≤ 8), in vectors: lane for lane what
-    /// [`Self::one`] does (y + bias, then out + that), the same bits. Falls back to `one` where
+    /// [`Outputs::one`] does (y + bias, then out + that), the same bits. Falls back to `one` where
     /// the rows, the outputs or the bias do not hold all n.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -677,7 +664,7 @@ impl OutRows<'_> {
             let b = if self.bias.is_empty() { _mm256_setzero_ps() } else { _mm256_maskload_ps(self.bias.as_ptr().add(o), mask) };
             let p = self.out.as_mut_ptr().add(at);
             let mut v = _mm256_add_ps(y, b);
-            if self.acc {
+            if self.accumulate {
                 v = _mm256_add_ps(_mm256_maskload_ps(p, mask), v);
             }
             _mm256_maskstore_ps(p, mask, v);
@@ -722,7 +709,7 @@ impl<W: Weight> DenseJob<'_, W> {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &Packed, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], out: &mut OutRows<'_>) {
+    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &Packed, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], out: &mut Outputs<'_>) {
         let Self { w, x, cols } = *self;
         let zero = _mm256_setzero_ps();
         // SAFETY: tokens t..t+T exist and chunks c0..c1 are inside them (the caller's contract).
@@ -801,7 +788,7 @@ impl<W: Weight> DenseJob<'_, W> {
     /// Every output of `rows` rows × `tokens` tokens (see the section's comment for the order).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn run(&self, rows: usize, tokens: usize, out: &mut OutRows<'_>) {
+    fn run(&self, rows: usize, tokens: usize, out: &mut Outputs<'_>) {
         let cols = self.cols;
         if self.w.len() < rows * cols || self.x.len() < tokens * cols {
             return;
@@ -876,7 +863,7 @@ fn dense_prefill_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], 
     if tokens < TILE_TOKENS {
         return false;
     }
-    let mut out = OutRows { out, rows, bias, acc };
+    let mut out = Outputs { out, rows, bias, accumulate: acc };
     match w.data {
         MatrixData::F32(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut out),
         MatrixData::F16(data) => DenseJob { w: data, x, cols }.run(rows, tokens, &mut out),
