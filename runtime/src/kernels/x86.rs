@@ -490,16 +490,26 @@ fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
         return false;
     }
     let x = x.get(..cols).unwrap_or(&[]);
-    let mut store = move |o: usize, y: f32| super::store_out(out, rows, bias, acc, 0, o, y);
-    let ahead = decode_prefetch();
+    let mut out = Outputs { out, rows, bias, accumulate: acc };
     match w.data {
-        MatrixData::F32(data) if ahead => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_ahead_avx2::<_, true>(r, x))),
-        MatrixData::F16(data) if ahead => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_ahead_avx2::<_, true>(r, x))),
-        MatrixData::F32(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
-        MatrixData::F16(data) => data.chunks_exact(cols).take(rows).enumerate().for_each(|(o, r)| store(o, dot_avx2(r, x))),
+        MatrixData::F32(data) => decode_rows_avx2(data, cols, x, &mut out),
+        MatrixData::F16(data) => decode_rows_avx2(data, cols, x, &mut out),
         MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
     }
     true
+}
+
+/// [`dense_decode_avx2`]'s row loop: `out.rows` rows of `cols` weights against `x`, each a
+/// [`dot_ahead_avx2`] with the prefetch where [`decode_prefetch`] wants it.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn decode_rows_avx2<W: Weight>(data: &[W], cols: usize, x: &[f32], out: &mut Outputs<'_>) {
+    let rows = data.chunks_exact(cols).take(out.rows).enumerate();
+    if decode_prefetch() {
+        rows.for_each(|(o, r)| out.one(0, o, dot_ahead_avx2::<W, true>(r, x)));
+    } else {
+        rows.for_each(|(o, r)| out.one(0, o, dot_ahead_avx2::<W, false>(r, x)));
+    }
 }
 
 /// How far ahead of its reads AVX2 decode asks for the f32/f16/q8 weights, where it does
@@ -545,9 +555,9 @@ pub(super) fn decode_prefetch() -> bool {
 // 3 cycles with 3-row tiles, near what its L2 delivers).
 //
 // Loop order: a block of up to 64 tokens' activations sits in L2; for each group of 6 weight
-// rows and each k-block, the rows' k-block sits in L1 (f32: read in place; f16: widened once
-// into a buffer there, exact, so the tiles are the f32 ones) while the block's tokens pass over
-// it in pairs. Rows wider than 768 columns are cut into k-blocks of whole 16-column chunks; each
+// rows and each k-block, the rows' k-block is packed into an aligned buffer in L1 (f32 copied,
+// f16 widened, exactly, so the tiles are the f32 ones; see `DenseJob::pack`) while the block's
+// tokens pass over it in pairs. Rows wider than 768 columns are cut into k-blocks of whole 16-column chunks; each
 // output's two halves go to `buf` between k-blocks and go on where they stopped, so every lane
 // adds the same products in the same order as in one pass.
 
