@@ -6,11 +6,14 @@
 //! is stored in slot `p % cap_l`, so after storing position i its slots hold exactly the
 //! positions i − W < j ≤ i that position i attends to ([`KvLayout`]).
 //!
-//! Layout, in rows of C values: layer l's rows start at `rows_before(l)` = Σ_{k<l} 2·cap_k;
-//! its keys are the `cap_l` rows from there (one per slot), its values the `cap_l` after them;
-//! head h is the D-wide slice `h·D..(h+1)·D` of a row. int8 rows carry one f32 scale per head
-//! (row r's scales at `r·H..(r+1)·H`, after all the values). Bytes: Σ_l 2 · cap_l · C ·
-//! (4 | 2 | 1) plus, for int8, Σ_l 2 · cap_l · H · 4. Prefill and decode append to the same
+//! Layout, head-major: layer l's block starts at value `rows_before(l) · C` (rows_before(l) =
+//! Σ_{k<l} 2·cap_k); its keys are `cap_l · C` values, its values the `cap_l · C` after them. In
+//! each, head h's keys (or values) for slots 0..cap_l are contiguous: slot s of head h is the D
+//! values at `h · cap_l · D + s · D`. So attention, which walks one head over every slot, reads
+//! one sequential run of memory instead of D values every C. int8 carries one f32 scale per
+//! (slot, head), after all the values, in the same order: block (l, kv) at `(rows_before(l) + kv
+//! · cap_l) · H`, head h's slots at `h · cap_l` in it. Bytes: Σ_l 2 · cap_l · C · (4 | 2 | 1)
+//! plus, for int8, Σ_l 2 · cap_l · H · 4. Prefill and decode append to the same
 //! cache; the session reports a full context as [`Error::ContextFull`] before anything is
 //! written (the positions, and so `wpe`'s rows, run out at the capacity whatever the rings hold).
 
@@ -119,8 +122,10 @@ impl KvDType {
 }
 
 /// One (layer, head)'s cached keys or values over slots `0..len`, as stored: slot s is the
-/// `width` (= D) elements at `s · stride` of `data` (rows are `n_embd` wide; for the int8
-/// scales, width 1 and stride H). Slot s holds position s until a local layer's ring wraps. Made only by [`KvCache::head`], which keeps the invariant the
+/// `width` (= D) elements at `s · stride` of `data` (the cache stores each head's slots
+/// contiguously, so stride = D; for the int8 scales, width 1 and stride 1, but the kernels take
+/// any stride ≥ width). Slot s holds position s until a local layer's ring wraps. Made only by
+/// [`KvCache::head`], which keeps the invariant the
 /// kernels rely on: every row lies inside `data`.
 #[derive(Debug, Clone, Copy)]
 pub struct HeadRows<'a, T> {
@@ -340,10 +345,15 @@ impl<'m> KvCache<'m> {
         self.layout.n_embd / self.layout.n_head
     }
 
-    /// Row number of (layer, kv, slot), or None when out of range.
-    fn row(&self, layer: usize, kv: usize, slot: usize) -> Option<usize> {
+    /// Where (layer, kv, head, slot) lies: (its first value, its scale's index), or None when
+    /// out of range. Head-major (see the module docs): block (layer, kv) is `cap_l` rows of C
+    /// values from row `rows_before(layer) + kv · cap_l`, head h's slots contiguous in it.
+    fn at(&self, layer: usize, kv: usize, head: usize, slot: usize) -> Option<(usize, usize)> {
+        let (c, d, h) = (self.layout.n_embd, self.head_dim(), self.layout.n_head);
         let cap = self.layout.layer_capacity(layer);
-        (layer < self.layout.n_layer && slot < cap).then(|| self.layout.rows_before(layer) + kv * cap + slot)
+        let first = self.layout.rows_before(layer) + kv * cap;
+        (layer < self.layout.n_layer && head < h && slot < cap)
+            .then(|| (first * c + (head * cap + slot) * d, first * h + head * cap + slot))
     }
 
     /// Split of int8 storage: (values, scales).
@@ -365,61 +375,63 @@ impl<'m> KvCache<'m> {
         let (layer, head, end) = if layer < self.layout.n_layer && head < h { (layer, head, end) } else { (0, 0, 0) };
         let cap = self.layout.layer_capacity(layer);
         let len = end.min(cap);
-        // first row of (layer, kv) (in range when len > 0, as layer is)
+        // first row of (layer, kv) (in range when len > 0, as layer is); head's slots are
+        // contiguous from `head · cap` rows of D in it
         let first = self.layout.rows_before(layer);
         let row0 = |kv: usize| first + kv * cap;
-        let at = |kv: usize| row0(kv) * c + head * d;
+        let at = |kv: usize| row0(kv) * c + head * cap * d;
         match self.dtype {
             KvDType::F32 => KvHead::F32 {
-                keys: HeadRows::new(self.data, at(0), c, d, len),
-                values: HeadRows::new(self.data, at(1), c, d, len),
+                keys: HeadRows::new(self.data, at(0), d, d, len),
+                values: HeadRows::new(self.data, at(1), d, d, len),
             },
             KvDType::F16 => {
                 let all = bytemuck::cast_slice::<f32, f16>(self.data);
-                KvHead::F16 { keys: HeadRows::new(all, at(0), c, d, len), values: HeadRows::new(all, at(1), c, d, len) }
+                KvHead::F16 { keys: HeadRows::new(all, at(0), d, d, len), values: HeadRows::new(all, at(1), d, d, len) }
             }
             KvDType::I8 => {
                 let (v, s) = self.i8_parts();
                 KvHead::I8 {
-                    keys: HeadRows::new(v, at(0), c, d, len),
-                    key_scales: HeadRows::new(s, row0(0) * h + head, h, 1, len),
-                    values: HeadRows::new(v, at(1), c, d, len),
-                    value_scales: HeadRows::new(s, row0(1) * h + head, h, 1, len),
+                    keys: HeadRows::new(v, at(0), d, d, len),
+                    key_scales: HeadRows::new(s, row0(0) * h + head * cap, 1, 1, len),
+                    values: HeadRows::new(v, at(1), d, d, len),
+                    value_scales: HeadRows::new(s, row0(1) * h + head * cap, 1, 1, len),
                 }
             }
         }
     }
 
     /// Stores the key and value rows (C each) of `layer` at position `pos`, in slot
-    /// `pos % cap_l` (ignored if out of range).
+    /// `pos % cap_l` (ignored if out of range): head h's D values go to its own run of slots.
     pub fn store(&mut self, layer: usize, pos: usize, key: &[f32], value: &[f32]) {
-        let (c, d, h) = (self.layout.n_embd, self.head_dim(), self.layout.n_head);
-        if pos >= self.layout.capacity {
+        let d = self.head_dim();
+        if pos >= self.layout.capacity || d == 0 {
             return;
         }
         let Some(slot) = pos.checked_rem(self.layout.layer_capacity(layer)) else { return };
+        let values = self.layout.rows() * self.layout.n_embd;
         for (kv, src) in [(0, key), (1, value)] {
-            let Some(row) = self.row(layer, kv, slot) else { return };
-            let r = row * c..(row + 1) * c;
-            match self.dtype {
-                KvDType::F32 => {
-                    if let Some(dst) = self.data.get_mut(r) {
-                        dst.iter_mut().zip(src).for_each(|(d, s)| *d = *s);
+            for (head, x) in src.chunks_exact(d).enumerate() {
+                let Some((first, scale_at)) = self.at(layer, kv, head, slot) else { return };
+                let r = first..first + d;
+                match self.dtype {
+                    KvDType::F32 => {
+                        if let Some(dst) = self.data.get_mut(r) {
+                            dst.copy_from_slice(x);
+                        }
                     }
-                }
-                KvDType::F16 => {
-                    let all: &mut [f16] = bytemuck::cast_slice_mut(self.data);
-                    if let Some(dst) = all.get_mut(r) {
-                        dst.iter_mut().zip(src).for_each(|(d, s)| *d = f16::from_f32(*s));
+                    KvDType::F16 => {
+                        let all: &mut [f16] = bytemuck::cast_slice_mut(self.data);
+                        if let Some(dst) = all.get_mut(r) {
+                            dst.iter_mut().zip(x).for_each(|(d, s)| *d = f16::from_f32(*s));
+                        }
                     }
-                }
-                KvDType::I8 => {
-                    let values = self.layout.rows() * c;
-                    let (v, s) = self.data.split_at_mut(values.div_ceil(4).min(self.data.len()));
-                    let v: &mut [i8] = bytemuck::cast_slice_mut(v);
-                    let (Some(dst), Some(scales)) = (v.get_mut(r), s.get_mut(row * h..(row + 1) * h)) else { return };
-                    for ((q, x), scale) in dst.chunks_exact_mut(d).zip(src.chunks_exact(d)).zip(scales) {
-                        *scale = quantize_group_q8(x, q);
+                    KvDType::I8 => {
+                        let (v, s) = self.data.split_at_mut(values.div_ceil(4).min(self.data.len()));
+                        let v: &mut [i8] = bytemuck::cast_slice_mut(v);
+                        if let (Some(q), Some(scale)) = (v.get_mut(r), s.get_mut(scale_at)) {
+                            *scale = quantize_group_q8(x, q);
+                        }
                     }
                 }
             }
@@ -431,9 +443,9 @@ impl<'m> KvCache<'m> {
     /// (which reads [`KvCache::head`] and must give the same bits).
     #[inline]
     pub fn score(&self, layer: usize, slot: usize, head: usize, q: &[f32]) -> f32 {
-        let (c, d) = (self.layout.n_embd, self.head_dim());
-        let Some(row) = self.row(layer, 0, slot) else { return 0.0 };
-        let r = row * c + head * d..row * c + (head + 1) * d;
+        let d = self.head_dim();
+        let Some((first, scale_at)) = self.at(layer, 0, head, slot) else { return 0.0 };
+        let r = first..first + d;
         match self.dtype {
             KvDType::F32 => dot_f32(q, self.data.get(r).unwrap_or(&[])),
             KvDType::F16 => dot_f16(bytemuck::cast_slice::<f32, f16>(self.data).get(r).unwrap_or(&[]), q),
@@ -441,7 +453,7 @@ impl<'m> KvCache<'m> {
                 let (v, s) = self.i8_parts();
                 let k = v.get(r).unwrap_or(&[]);
                 let dot: f32 = q.iter().zip(k).map(|(&a, &b)| a * b as f32).sum();
-                dot * s.get(row * self.layout.n_head + head).copied().unwrap_or(0.0)
+                dot * s.get(scale_at).copied().unwrap_or(0.0)
             }
         }
     }
@@ -449,9 +461,9 @@ impl<'m> KvCache<'m> {
     /// `out += p · value[layer, slot, head]` (out is D wide); see [`KvCache::score`].
     #[inline]
     pub fn add_value(&self, layer: usize, slot: usize, head: usize, p: f32, out: &mut [f32]) {
-        let (c, d) = (self.layout.n_embd, self.head_dim());
-        let Some(row) = self.row(layer, 1, slot) else { return };
-        let r = row * c + head * d..row * c + (head + 1) * d;
+        let d = self.head_dim();
+        let Some((first, scale_at)) = self.at(layer, 1, head, slot) else { return };
+        let r = first..first + d;
         match self.dtype {
             KvDType::F32 => axpy(out, p, self.data.get(r).unwrap_or(&[])),
             KvDType::F16 => {
@@ -460,7 +472,7 @@ impl<'m> KvCache<'m> {
             }
             KvDType::I8 => {
                 let (v, s) = self.i8_parts();
-                let ps = p * s.get(row * self.layout.n_head + head).copied().unwrap_or(0.0);
+                let ps = p * s.get(scale_at).copied().unwrap_or(0.0);
                 out.iter_mut().zip(v.get(r).unwrap_or(&[])).for_each(|(o, &v)| *o += ps * v as f32);
             }
         }

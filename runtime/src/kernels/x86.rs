@@ -1373,10 +1373,11 @@ fn mix_avx512<W: Weight>(out: &mut [f32], weights: &[f32], values: &HeadRows<'_,
 /// How many positions ahead the value mix asks for its rows (see [`prefetch_row`]).
 const KV_AHEAD: usize = 8;
 
-/// Asks for the `n` elements at `row` in L1. A head's rows in the KV cache are `n_embd`
-/// elements apart (3 KiB for GPT-2 in f32), a stride the hardware prefetchers do not follow,
-/// so decode's attention waited on every row. A prefetch never faults: past the cache's end
-/// it does nothing.
+/// Asks for the `n` elements at `row` in L1. A head's rows in the KV cache are contiguous
+/// (stride D), but each run is only `len · D` elements and a decode step walks 2 · n_head of
+/// them per layer: asking ahead still beats waiting for the hardware prefetcher to ramp up on
+/// each (GPT-2 q8, prompt 768, AVX2: decode 81-85 -> 86-90 tok/s with an f16 cache, 71-73 ->
+/// 75-76 with f32). A prefetch never faults: past the cache's end it does nothing.
 #[inline]
 #[target_feature(enable = "sse")]
 fn prefetch_row<W>(row: *const W, n: usize) {
