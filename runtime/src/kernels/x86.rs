@@ -480,9 +480,9 @@ fn dot_ahead_avx2<W: Weight, const AHEAD: bool>(a: &[W], b: &[f32]) -> f32 {
 /// Decode streams every weight once, and on Zen 3 (2 MiB pages) one sequential stream reads at
 /// twice the rate of four rows read side by side (measured: 30 vs 17.5 GB/s for 3 KiB rows,
 /// thread CPU time): the hardware prefetcher follows one stream well and several short ones
-/// badly, and a software prefetch made it worse. Two accumulator chains per row are enough to
-/// keep up with memory. Intel's cores want the prefetch (see [`decode_prefetch`]). Returns
-/// false, having written nothing, for other dtypes or batches.
+/// badly. Two accumulator chains per row are enough to keep up with memory. Whether each chunk
+/// also asks for the bytes 2 KiB ahead depends on the CPU and the dtype ([`decode_prefetch`]).
+/// Returns false, having written nothing, for other dtypes or batches.
 #[target_feature(enable = "avx2,f16c")]
 fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool) -> bool {
     let (rows, cols) = (w.rows, w.cols);
@@ -505,7 +505,7 @@ fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
 #[target_feature(enable = "avx2,f16c")]
 fn decode_rows_avx2<W: Weight>(data: &[W], cols: usize, x: &[f32], out: &mut Outputs<'_>) {
     let rows = data.chunks_exact(cols).take(out.rows).enumerate();
-    if decode_prefetch() {
+    if decode_prefetch(core::mem::size_of::<W>() == 4) {
         rows.for_each(|(o, r)| out.one(0, o, dot_ahead_avx2::<W, true>(r, x)));
     } else {
         rows.for_each(|(o, r)| out.one(0, o, dot_ahead_avx2::<W, false>(r, x)));
@@ -519,25 +519,31 @@ fn decode_rows_avx2<W: Weight>(data: &[W], cols: usize, x: &[f32], out: &mut Out
 /// ([`PREFETCH_BYTES`]; 2-4 KiB were slower here too).
 const DECODE_AHEAD: usize = 2048;
 
-/// Whether AVX2 decode (f32/f16 rows, q8 blocks) asks for its weights [`DECODE_AHEAD`] bytes
-/// ahead with software prefetches. The memory systems disagree: on Intel's Golden Cove (a
-/// Sapphire Rapids on its AVX2 path, the P-core of the AVX2-only Alder/Raptor Lake desktops)
-/// one f32 row after the other streams 12.5 GB/s alone and 18 with the prefetch, against 18.3
-/// for a plain sum of the same bytes; on AMD's Zen 3 the hardware prefetcher alone was faster
-/// (f32 rows and q8 blocks, paired runs in BENCHMARKS.md). So: on for Intel, off for the
-/// rest; `GPT2_MCU_DECODE_PREFETCH=1` or `=0` sets it either way (to measure both on one
-/// CPU). Asked once.
-pub(super) fn decode_prefetch() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("GPT2_MCU_DECODE_PREFETCH").ok().as_deref() {
-        Some("1") => true,
-        Some("0") => false,
+/// Whether AVX2 decode asks for its weights [`DECODE_AHEAD`] bytes ahead with software
+/// prefetches: `f32_rows` for f32 rows, else for f16 rows and q8 blocks. The memory systems
+/// disagree, and per dtype (`host bench --prompt-len 1 -n 64`, GPT-2 124M, three interleaved
+/// rounds each, BENCHMARKS.md):
+/// - Intel's Golden Cove (a Sapphire Rapids on its AVX2 path, the P-core of the AVX2-only
+///   Alder/Raptor Lake desktops) wants it for all three: f32 23.9 -> 33.1 tok/s, f16 48.9 ->
+///   58, q8 89.5 -> 111.
+/// - AMD's Zen 3 (EPYC, family 25 model 1) wants it for f16 and q8 (46-48 -> 49-54 tok/s,
+///   72-83 -> 93-100) and not for f32 rows, which its hardware prefetcher streams faster alone
+///   (26-31 -> 22-23 with it).
+///
+/// So: f32 rows on Intel only, f16 and q8 everywhere; `GPT2_MCU_DECODE_PREFETCH=1` or `=0`
+/// sets all of them either way (to measure both on one CPU). Asked once.
+pub(super) fn decode_prefetch(f32_rows: bool) -> bool {
+    static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    let (f32, narrow) = *ON.get_or_init(|| match std::env::var("GPT2_MCU_DECODE_PREFETCH").ok().as_deref() {
+        Some("1") => (true, true),
+        Some("0") => (false, false),
         _ => {
             // (cpuid leaf 0 exists on every x86-64 CPU: a safe intrinsic)
             let id = __cpuid(0);
-            [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == *b"GenuineIntel"
+            ([id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == *b"GenuineIntel", true)
         }
-    })
+    });
+    if f32_rows { f32 } else { narrow }
 }
 
 // ---- f32 / f16 prefill with AVX2 -------------------------------------------------------------
@@ -2072,7 +2078,7 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     };
     let row_bytes = if q4 { cols / 2 } else { cols };
     let full = group == VNNI_GROUP && gpr % AVX2_BLOCK == 0;
-    let ahead = decode_prefetch();
+    let ahead = decode_prefetch(false);
     let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr(), ahead };
     let mut store = move |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
@@ -2267,11 +2273,11 @@ impl Avx2Quant {
             let zero = _mm256_setzero_si256();
             let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
             let wblk = wrow.wrapping_add(group * g0);
-            // prefill (several tokens a block) asks for the next weights ahead; decode only
-            // where decode_prefetch says: on Zen 3 the hardware prefetcher alone streams q8
-            // decode faster (GPT-2 124M q8, paired A/B runs: 84-90 -> 91-96 tok/s), while q4
-            // (half the bytes per weight, so less time per line) loses a fifth without its
-            // prefetch (block_q4)
+            // prefill (several tokens a block) asks for the next weights ahead; decode where
+            // decode_prefetch says, DECODE_AHEAD ahead: on Zen 3 a prefetch 8 KiB ahead lost to
+            // the hardware prefetcher alone (GPT-2 124M q8: 84-90 vs 91-96 tok/s without), one
+            // 2 KiB ahead wins (72-83 -> 93-100); q4 (half the bytes per weight, so less time
+            // per line) keeps its own at 8 KiB (block_q4)
             if NT > 1 || ahead {
                 let d = if NT > 1 { PREFETCH_BYTES } else { DECODE_AHEAD };
                 for line in 0..4 {
