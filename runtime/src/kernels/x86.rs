@@ -5,6 +5,7 @@
 
 extern crate std;
 use core::arch::x86_64::*;
+use core::mem::MaybeUninit;
 
 use half::f16;
 
@@ -583,18 +584,30 @@ type Lanes = [__m256; 2];
 /// 8–15.
 const PACKED_CHUNK: usize = TILE_ROWS * LANES;
 
-/// One half's 8-lane sums of R weight rows × T tokens `[row][token]`, carried on from `acc` over
-/// `chunks` chunks of 16 columns: for each chunk i in order, lane j adds `w_r[16i + j] ·
+/// One half's 8-lane sums of R weight rows × T tokens `[row][token]`, written to `sums`, carried
+/// on from `carried` (or from zeros) over `chunks` chunks of 16 columns: for each chunk i in order, lane j adds `w_r[16i + j] ·
 /// x_t[16i + j]` (a multiply, then an add: [`dot_avx2`]'s products in its order). `w` points at
 /// the half's first row in the packed weights (row r's 8 values of chunk i at `w + r · 8 + i ·
 /// PACKED_CHUNK`), `x[t]` at the half's first lane (0 or 8) of the token's first chunk.
 ///
+/// Out of line: inlined into the tile, LLVM's register allocation of the 16 vector registers
+/// the loop needs (12 sums, 2 tokens' values, a weight, a product) came out differently from
+/// one version of the tile to the next, once with sums spilled to the stack inside the loop
+/// (30 → 23 G MAC/s); alone, the loop is the same every time, and a call per 48 chunks costs
+/// nothing.
+///
 /// # Safety
-/// `w` must be readable for `PACKED_CHUNK · (chunks - 1) + 8 · R` floats and every `x[t]` for
-/// `16 · chunks - 8`; AVX2.
-#[inline]
+/// `sums` must be writable, `w` readable for `PACKED_CHUNK · (chunks - 1) + 8 · R` floats and
+/// every `x[t]` for `16 · chunks - 8`; AVX2.
+#[inline(never)]
 #[target_feature(enable = "avx2")]
-unsafe fn half_sums_avx2<const R: usize, const T: usize>(mut acc: [[__m256; T]; R], w: *const f32, x: [*const f32; T], chunks: usize) -> [[__m256; T]; R] {
+unsafe fn half_sums_avx2<const R: usize, const T: usize>(sums: *mut [[__m256; T]; R], carried: Option<&[[__m256; T]; R]>, w: *const f32, x: [*const f32; T], chunks: usize) {
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    if let Some(c) = carried {
+        for (a, c) in acc.iter_mut().zip(c) {
+            *a = *c;
+        }
+    }
     let (mut w, mut x) = (w, x);
     let mut step = |w: *const f32, x: &[*const f32; T]| {
         // SAFETY: chunk i's values: inside the caller's ranges.
@@ -619,7 +632,8 @@ unsafe fn half_sums_avx2<const R: usize, const T: usize>(mut acc: [[__m256; T]; 
     if chunks % 2 == 1 {
         step(w, &x);
     }
-    acc
+    // SAFETY: the caller's contract (sums is writable).
+    unsafe { sums.write(acc) };
 }
 
 /// Steps 2–4 of [`super::reduce`]'s tree (lanes i + i+4, i + i+2, i + i+1) for eight sums side
@@ -660,30 +674,83 @@ impl Outputs<'_> {
     /// Outputs (t, o..o+n) from lanes 0..n of `y` (n ≤ 8), in vectors: lane for lane what
     /// [`Outputs::one`] does (y + bias, then out + that), the same bits. Falls back to `one` where
     /// the rows, the outputs or the bias do not hold all n.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn lanes(&mut self, t: usize, o: usize, n: usize, y: __m256) {
+    ///
+    /// The n lanes go out as 4 + 2 + 1 (no `vmaskmovps`: on Zen 3 a masked store of 8 floats is
+    /// microcoded and cost this kernel 4% of its time), and the fallback is out of line so that
+    /// this is small enough to inline into the tile. Always inlined (which `#[target_feature]`
+    /// does not allow, hence no attribute and the unsafe): LLVM left it a call, 2-4% of the time.
+    ///
+    /// # Safety
+    /// AVX2 (the intrinsics inline into the AVX2 caller).
+    #[inline(always)]
+    unsafe fn lanes(&mut self, t: usize, o: usize, n: usize, y: __m256) {
         let at = t * self.rows + o;
         let bias_ok = self.bias.is_empty() || self.bias.len() >= o + n;
         if n > 8 || o + n > self.rows || at + n > self.out.len() || !bias_ok {
-            let mut v = [0.0f32; 8];
-            // SAFETY: v is [f32; 8].
-            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), y) };
-            for (j, &y) in v.iter().enumerate().take(n) {
-                self.one(t, o + j, y);
-            }
+            // SAFETY: AVX2 (the caller's contract).
+            unsafe { self.lanes_one_by_one(t, o, n, y) };
             return;
         }
-        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        // SAFETY: lanes below n only (the mask): out[at..at+n] and bias[o..o+n] exist (checked).
+        // SAFETY: out[at..at+n] and, with a bias, bias[o..o+n] exist (checked); each access below
+        // touches lanes below n only.
         unsafe {
-            let b = if self.bias.is_empty() { _mm256_setzero_ps() } else { _mm256_maskload_ps(self.bias.as_ptr().add(o), mask) };
             let p = self.out.as_mut_ptr().add(at);
-            let mut v = _mm256_add_ps(y, b);
-            if self.accumulate {
-                v = _mm256_add_ps(_mm256_maskload_ps(p, mask), v);
+            let b = self.bias.as_ptr().wrapping_add(o);
+            let has_bias = !self.bias.is_empty();
+            let mut i = 0;
+            let mut part = _mm256_castps256_ps128(y);
+            if n >= 4 {
+                let mut v = if has_bias { _mm_add_ps(part, _mm_loadu_ps(b)) } else { _mm_add_ps(part, _mm_setzero_ps()) };
+                if self.accumulate {
+                    v = _mm_add_ps(_mm_loadu_ps(p), v);
+                }
+                _mm_storeu_ps(p, v);
+                i = 4;
+                part = _mm256_extractf128_ps::<1>(y);
             }
-            _mm256_maskstore_ps(p, mask, v);
+            if n - i >= 2 {
+                let bv = if has_bias { _mm_castpd_ps(_mm_load_sd(b.add(i).cast())) } else { _mm_setzero_ps() };
+                let mut v = _mm_add_ps(part, bv);
+                if self.accumulate {
+                    v = _mm_add_ps(_mm_castpd_ps(_mm_load_sd(p.add(i).cast())), v);
+                }
+                _mm_store_sd(p.add(i).cast(), _mm_castps_pd(v));
+                i += 2;
+                part = _mm_movehl_ps(part, part);
+            }
+            if n - i >= 1 {
+                let bv = if has_bias { _mm_load_ss(b.add(i)) } else { _mm_setzero_ps() };
+                let mut v = _mm_add_ss(part, bv);
+                if self.accumulate {
+                    v = _mm_add_ss(_mm_load_ss(p.add(i)), v);
+                }
+                _mm_store_ss(p.add(i), v);
+                i += 1;
+            }
+            if n - i >= 1 {
+                // 4 + 2 + 1 covers n ≤ 7; lane 7 of 8 on its own
+                let hi = _mm256_extractf128_ps::<1>(y);
+                let lane = _mm_shuffle_ps::<0xFF>(hi, hi);
+                let bv = if has_bias { _mm_load_ss(b.add(i)) } else { _mm_setzero_ps() };
+                let mut v = _mm_add_ss(lane, bv);
+                if self.accumulate {
+                    v = _mm_add_ss(_mm_load_ss(p.add(i)), v);
+                }
+                _mm_store_ss(p.add(i), v);
+            }
+        }
+    }
+
+    /// [`Self::lanes`]' fallback: each of the n lanes through [`Outputs::one`].
+    #[cold]
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    fn lanes_one_by_one(&mut self, t: usize, o: usize, n: usize, y: __m256) {
+        let mut v = [0.0f32; 8];
+        // SAFETY: v is [f32; 8].
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), y) };
+        for (j, &y) in v.iter().enumerate().take(n) {
+            self.one(t, o + j, y);
         }
     }
 }
@@ -730,20 +797,19 @@ impl<W: Weight> DenseJob<'_, W> {
         let zero = _mm256_setzero_ps();
         // SAFETY: tokens t..t+T exist and chunks c0..c1 are inside them (the caller's contract).
         let xp: [*const f32; T] = core::array::from_fn(|k| unsafe { x.as_ptr().add((t + k) * cols + LANES * kb.c0) });
-        let mut halves = [[[zero; T]; R]; 2];
-        for (h, acc) in halves.iter_mut().enumerate() {
-            if !kb.first {
-                for (r, a) in acc.iter_mut().enumerate() {
-                    for (k, a) in a.iter_mut().enumerate() {
-                        *a = buf.get(tb + k).and_then(|b| b.get(r)).and_then(|l| l.get(h)).copied().unwrap_or(zero);
-                    }
-                }
-            }
+        // the accumulators are made in registers by `half_sums_avx2` (zeros, or where the last
+        // k-block stopped) and written here once: zeroing this array first was a memset call
+        // per tile, 3-10% of the time
+        let mut halves = [MaybeUninit::<[[__m256; T]; R]>::uninit(); 2];
+        for (h, sums) in halves.iter_mut().enumerate() {
+            let carried: Option<[[__m256; T]; R]> = (!kb.first).then(|| core::array::from_fn(|r| core::array::from_fn(|k| buf.get(tb + k).and_then(|b| b.get(r)).and_then(|l| l.get(h)).copied().unwrap_or(zero))));
             // SAFETY: the caller's contract (packed and the tokens hold chunks c0..c1).
-            *acc = unsafe { half_sums_avx2::<R, T>(*acc, packed.as_ptr().cast::<f32>().add(8 * TILE_ROWS * h), xp.map(|p| p.add(8 * h)), kb.c1 - kb.c0) };
+            unsafe { half_sums_avx2::<R, T>(sums.as_mut_ptr(), carried.as_ref(), packed.as_ptr().cast::<f32>().add(8 * TILE_ROWS * h), xp.map(|p| p.add(8 * h)), kb.c1 - kb.c0) };
         }
-        // (by reference: arrays of vectors taken by value are copied through memcpy)
+        // (by reference: arrays of vectors moved by value are copied through memcpy)
         let [lo, hi] = &halves;
+        // SAFETY: half_sums_avx2 wrote both.
+        let (lo, hi) = unsafe { (lo.assume_init_ref(), hi.assume_init_ref()) };
         if kb.last && LANES * kb.c1 == cols && R > 1 {
             // each token's R outputs finished side by side (their trees in one pass, the
             // epilogue in vectors: one reduction and one store each cost as much as a chunk)
@@ -752,7 +818,8 @@ impl<W: Weight> DenseJob<'_, W> {
                     (Some(&l), Some(&h)) => _mm256_add_ps(l, h),
                     _ => _mm256_setzero_ps(),
                 });
-                out.lanes(t + k, o, R, trees8_avx2(&a8));
+                // SAFETY: AVX2 (this function's).
+                unsafe { out.lanes(t + k, o, R, trees8_avx2(&a8)) };
             }
             return;
         }
@@ -1493,6 +1560,33 @@ mod tests {
     /// groups of rows, one half of the lanes after the other, f16 widened as it is packed)
     /// must give the portable bits for f32 and f16, with row and token counts that leave
     /// remainders and more than one row block, and widths with and without a remainder of 16.
+    #[test]
+    fn avx2_output_lanes_store_as_one_by_one() {
+        // the tiles call `lanes` with n = 6 (TILE_ROWS); its 4 + 2 + 1 (+ 1) stores for every n
+        if Avx2::detect().is_none() {
+            return;
+        }
+        let rows = 11;
+        let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.75 - 2.0).collect();
+        let y = [1.5f32, -0.0, 3.25, -4.0, 0.125, 7.0, -9.5, 2.0];
+        for n in 0..=8 {
+            for o in [0, rows - n] {
+                for (b, acc) in [(&bias[..], true), (&bias[..], false), (&[][..], true), (&[][..], false), (&bias[..o + n], true)] {
+                    let (mut fast, mut slow) = (std::vec![0.5f32; 2 * rows], std::vec![0.5f32; 2 * rows]);
+                    let mut f = Outputs { out: &mut fast, rows, bias: b, accumulate: acc };
+                    // SAFETY: AVX2 (detected); y is [f32; 8].
+                    unsafe { f.lanes(1, o, n, _mm256_loadu_ps(y.as_ptr())) };
+                    let mut s = Outputs { out: &mut slow, rows, bias: b, accumulate: acc };
+                    for (j, &y) in y.iter().enumerate().take(n) {
+                        s.one(1, o + j, y);
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<std::vec::Vec<_>>();
+                    assert_eq!(bits(&fast), bits(&slow), "n {n} o {o} bias {} accumulate {acc}", b.len());
+                }
+            }
+        }
+    }
+
     #[test]
     fn simd_dense_linear_is_bit_identical_to_portable() {
         let (avx512, avx2) = (Avx512::detect(), Avx2::detect());
