@@ -576,8 +576,9 @@ const K_CHUNKS: usize = 48;
 /// Tokens per block of activations (at most 256 KiB of them, so they stay in L2).
 const BLOCK_TOKENS: usize = 64;
 
-/// An output's 16 lane sums: lanes 0–7, 8–15.
-type Lanes = [__m256; 2];
+/// A full tile's lane sums between k-blocks, as [`half_sums_avx2`] keeps them: `[half][row][token]`
+/// (half 0: lanes 0–7, half 1: lanes 8–15), so that a tile reads and writes its own in place.
+type Carry = [[[__m256; TILE_TOKENS]; TILE_ROWS]; 2];
 
 /// f32 values a chunk of 16 columns of a group of rows takes in the packed weights a tile
 /// reads ([`DenseJob::pack`]): the rows' lanes 0–7, one row after the other, then their lanes
@@ -585,10 +586,11 @@ type Lanes = [__m256; 2];
 const PACKED_CHUNK: usize = TILE_ROWS * LANES;
 
 /// One half's 8-lane sums of R weight rows × T tokens `[row][token]`, written to `sums`, carried
-/// on from `carried` (or from zeros) over `chunks` chunks of 16 columns: for each chunk i in order, lane j adds `w_r[16i + j] ·
-/// x_t[16i + j]` (a multiply, then an add: [`dot_avx2`]'s products in its order). `w` points at
-/// the half's first row in the packed weights (row r's 8 values of chunk i at `w + r · 8 + i ·
-/// PACKED_CHUNK`), `x[t]` at the half's first lane (0 or 8) of the token's first chunk.
+/// on from `carried` (from zeros where it is null) over `chunks` chunks of 16 columns: for each
+/// chunk i in order, lane j adds `w_r[16i + j] · x_t[16i + j]` (a multiply, then an add:
+/// [`dot_avx2`]'s products in its order). `w` points at the half's first row in the packed
+/// weights (row r's 8 values of chunk i at `w + r · 8 + i · PACKED_CHUNK`), `x[t]` at the half's
+/// first lane (0 or 8) of the token's first chunk.
 ///
 /// Out of line: inlined into the tile, LLVM's register allocation of the 16 vector registers
 /// the loop needs (12 sums, 2 tokens' values, a weight, a product) came out differently from
@@ -597,16 +599,17 @@ const PACKED_CHUNK: usize = TILE_ROWS * LANES;
 /// nothing.
 ///
 /// # Safety
-/// `sums` must be writable, `w` readable for `PACKED_CHUNK · (chunks - 1) + 8 · R` floats and
-/// every `x[t]` for `16 · chunks - 8`; AVX2.
+/// `sums` must be writable and `carried` null or readable (they may be the same place), `w`
+/// readable for `PACKED_CHUNK · (chunks - 1) + 8 · R` floats and every `x[t]` for
+/// `16 · chunks - 8`; AVX2.
 #[inline(never)]
 #[target_feature(enable = "avx2")]
-unsafe fn half_sums_avx2<const R: usize, const T: usize>(sums: *mut [[__m256; T]; R], carried: Option<&[[__m256; T]; R]>, w: *const f32, x: [*const f32; T], chunks: usize) {
+unsafe fn half_sums_avx2<const R: usize, const T: usize>(sums: *mut [[__m256; T]; R], carried: *const [[__m256; T]; R], w: *const f32, x: [*const f32; T], chunks: usize) {
     let mut acc = [[_mm256_setzero_ps(); T]; R];
-    if let Some(c) = carried {
-        for (a, c) in acc.iter_mut().zip(c) {
-            *a = *c;
-        }
+    if !carried.is_null() {
+        // SAFETY: the caller's contract (carried is readable); read before sums is written (they
+        // may be the same place).
+        acc = unsafe { carried.read() };
     }
     let (mut w, mut x) = (w, x);
     let mut step = |w: *const f32, x: &[*const f32; T]| {
@@ -792,23 +795,58 @@ impl<W: Weight> DenseJob<'_, W> {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &Packed, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [[Lanes; TILE_ROWS]; BLOCK_TOKENS], out: &mut Outputs<'_>) {
+    unsafe fn tile<const R: usize, const T: usize>(&self, packed: &Packed, o: usize, t: usize, tb: usize, kb: KBlock, buf: &mut [Carry; BLOCK_TOKENS / TILE_TOKENS], out: &mut Outputs<'_>) {
         let Self { w, x, cols } = *self;
         let zero = _mm256_setzero_ps();
         // SAFETY: tokens t..t+T exist and chunks c0..c1 are inside them (the caller's contract).
         let xp: [*const f32; T] = core::array::from_fn(|k| unsafe { x.as_ptr().add((t + k) * cols + LANES * kb.c0) });
-        // the accumulators are made in registers by `half_sums_avx2` (zeros, or where the last
-        // k-block stopped) and written here once: zeroing this array first was a memset call
-        // per tile, 3-10% of the time
+        // Where each half's sums start and go. A full tile reads and writes its carried sums in
+        // `buf` in place (same layout); an edge tile gathers and scatters them. The sums are made
+        // in registers by `half_sums_avx2` (zeros in the first k-block) and written once: zeroing
+        // an array first was a memset call per tile, 3-10% of the time.
+        let slot: *mut Carry = buf.get_mut(tb / TILE_TOKENS).map_or(core::ptr::null_mut(), |c| c as *mut Carry);
+        let direct = R == TILE_ROWS && T == TILE_TOKENS && !slot.is_null();
         let mut halves = [MaybeUninit::<[[__m256; T]; R]>::uninit(); 2];
         for (h, sums) in halves.iter_mut().enumerate() {
-            let carried: Option<[[__m256; T]; R]> = (!kb.first).then(|| core::array::from_fn(|r| core::array::from_fn(|k| buf.get(tb + k).and_then(|b| b.get(r)).and_then(|l| l.get(h)).copied().unwrap_or(zero))));
-            // SAFETY: the caller's contract (packed and the tokens hold chunks c0..c1).
-            unsafe { half_sums_avx2::<R, T>(sums.as_mut_ptr(), carried.as_ref(), packed.as_ptr().cast::<f32>().add(8 * TILE_ROWS * h), xp.map(|p| p.add(8 * h)), kb.c1 - kb.c0) };
+            // (R, T) = (TILE_ROWS, TILE_TOKENS) when direct: the same type as Carry's halves
+            let own = slot.cast::<[[__m256; T]; R]>().wrapping_add(h);
+            let mut gathered = MaybeUninit::<[[__m256; T]; R]>::uninit();
+            let carried: *const [[__m256; T]; R] = if kb.first {
+                core::ptr::null()
+            } else if direct {
+                own
+            } else {
+                // SAFETY: slot is null or points into buf.
+                let c = unsafe { slot.as_ref() };
+                gathered.write(core::array::from_fn(|r| core::array::from_fn(|k| c.and_then(|c| c.get(h)).and_then(|c| c.get(r)).and_then(|c| c.get(k)).copied().unwrap_or(zero))));
+                gathered.as_ptr()
+            };
+            let dst = if direct && !kb.last { own } else { sums.as_mut_ptr() };
+            // SAFETY: the caller's contract (packed and the tokens hold chunks c0..c1); carried is
+            // null or readable, dst writable (own: half h of buf's entry, when direct).
+            unsafe { half_sums_avx2::<R, T>(dst, carried, packed.as_ptr().cast::<f32>().add(8 * TILE_ROWS * h), xp.map(|p| p.add(8 * h)), kb.c1 - kb.c0) };
+        }
+        if !kb.last {
+            if !direct {
+                // SAFETY: half_sums_avx2 wrote both; slot is null or points into buf.
+                if let (Some(c), [lo, hi]) = (unsafe { slot.as_mut() }, &halves) {
+                    let (lo, hi) = unsafe { (lo.assume_init_ref(), hi.assume_init_ref()) };
+                    for (h, sums) in [lo, hi].into_iter().enumerate() {
+                        for (r, row) in sums.iter().enumerate() {
+                            for (k, &v) in row.iter().enumerate() {
+                                if let Some(d) = c.get_mut(h).and_then(|c| c.get_mut(r)).and_then(|c| c.get_mut(k)) {
+                                    *d = v;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            return;
         }
         // (by reference: arrays of vectors moved by value are copied through memcpy)
         let [lo, hi] = &halves;
-        // SAFETY: half_sums_avx2 wrote both.
+        // SAFETY: half_sums_avx2 wrote both (the last k-block's sums go to `halves`).
         let (lo, hi) = unsafe { (lo.assume_init_ref(), hi.assume_init_ref()) };
         if kb.last && LANES * kb.c1 == cols && R > 1 {
             // each token's R outputs finished side by side (their trees in one pass, the
@@ -825,12 +863,6 @@ impl<W: Weight> DenseJob<'_, W> {
         }
         for (r, (lo, hi)) in lo.iter().zip(hi).enumerate() {
             for (k, (&lo, &hi)) in lo.iter().zip(hi).enumerate() {
-                if !kb.last {
-                    if let Some(b) = buf.get_mut(tb + k).and_then(|b| b.get_mut(r)) {
-                        *b = [lo, hi];
-                    }
-                    continue;
-                }
                 let (o, t) = (o + r, t + k);
                 let done = LANES * kb.c1;
                 let y = if done == cols {
@@ -882,7 +914,7 @@ impl<W: Weight> DenseJob<'_, W> {
         let block_tokens = (256 * 1024 / (4 * kc.max(1) * LANES)).clamp(TILE_TOKENS, BLOCK_TOKENS) / TILE_TOKENS * TILE_TOKENS;
         let full_rows = rows / TILE_ROWS * TILE_ROWS;
         let row_bytes = cols * core::mem::size_of::<W>();
-        let mut buf = [[[_mm256_setzero_ps(); 2]; TILE_ROWS]; BLOCK_TOKENS];
+        let mut buf: [Carry; BLOCK_TOKENS / TILE_TOKENS] = [[[[_mm256_setzero_ps(); TILE_TOKENS]; TILE_ROWS]; 2]; BLOCK_TOKENS / TILE_TOKENS];
         let mut packed: Packed = [_mm256_setzero_ps(); PACKED_LEN / 8];
         for t0 in (0..tokens).step_by(block_tokens) {
             let t1 = (t0 + block_tokens).min(tokens);
