@@ -249,7 +249,7 @@ pub fn linear_par(par: Option<&dyn Parallel>, out: &mut [f32], x: &[f32], w: &Ma
 }
 
 /// Rows per task of a prefill row split: a multiple of 48, which the f32/f16 kernels' row
-/// tiles divide (AVX2 3, AVX-512 4), so only the last task can end in a partial tile.
+/// tiles divide (AVX2 6, AVX-512 4), so only the last task can end in a partial tile.
 const ROW_SHARE: usize = 48;
 
 /// Tasks per thread of a prefill row split (each at least [`ROW_SHARE`] rows): the threads
