@@ -828,6 +828,13 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    // a closed stdout (`host bench | head`) ends the process quietly, as for other Unix tools,
+    // instead of a panic in println! (Rust starts programs with SIGPIPE ignored)
+    #[cfg(unix)]
+    // SAFETY: before any other thread exists; SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let about = format!(
         "GPT-2 on the desktop, with the same no_std runtime the microcontroller runs.\n\nWith no arguments: the demo. The shipped model streams 256 tokens after the boards' prompt, with context shift, at temperature 0.8, top-k 40, top-p 0.95, seed 42: the same as\n  host --prompt '{DEMO_PROMPT}' --context-shift"
     );

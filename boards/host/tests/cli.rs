@@ -261,3 +261,32 @@ fn the_demo_is_the_command_its_help_names() {
     assert_eq!(String::from_utf8_lossy(&demo.stdout), String::from_utf8_lossy(&same.stdout));
     assert!(String::from_utf8_lossy(&demo.stdout).starts_with(&prompt), "the demo echoes its prompt");
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    // `host bench … | head -1`: the reader goes away after one line; host must not panic in
+    // println! (Rust ignores SIGPIPE unless told otherwise), it ends as other Unix tools do
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let blob = fixture_blob("tiny");
+    let mut child = host()
+        .args(["bench", "--model"])
+        .arg(&blob)
+        .args(["--prompt-len", "4", "-n", "4", "--runs", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("model:"), "{first:?}");
+    // the pipe's read end is closed here: the rest of bench's lines go nowhere
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(out.status.success() || out.status.signal() == Some(13), "{:?}: {stderr}", out.status);
+    }
+}
