@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Twelve independent chains (enough to cover either instruction's latency), each iteration 12
-//! multiply-accumulates of 8 lanes; best of 5 runs of 10^8 iterations.
+//! multiply-accumulates of 8 lanes; best of 5 runs of 10^8 iterations. Then the same for the
+//! AVX2 prefill tile's own instructions (6 rows × 2 tokens, its loads from L1 included), both
+//! ways: the ceiling that tile's loop can reach on this CPU.
 
 #[cfg(target_arch = "x86_64")]
 fn main() {
@@ -41,12 +43,14 @@ fn main() {
     println!("  the same with FMA: {:5.1} G MAC/s ({:.0}% of FMA's register-only rate)", macs / tile_fma / 1e9, 100.0 * fma / tile_fma);
 }
 
-/// An `unsafe fn NAME(iters)` running the AVX2 prefill tile's loop body `BODY` (one half-chunk
-/// of a 6-row × 2-token tile: `half_sums_avx2` in runtime/src/kernels/x86.rs) on 320 bytes of
-/// L1 at `{p}` (the tokens' 8 values at 0 and 32, the rows' at 64 + 32 r), accumulators ymm0–11
-/// as in `chains!`, ymm12–15 for the loaded values and the products.
+/// An `unsafe fn NAME(iters)` running the loop body `BODY` `iters` times: ymm0–11 are the
+/// accumulators, from +0.0; ymm12 = ymm13 = 1.0001 on entry (normal numbers throughout, no
+/// assists), ymm14/15 free. `{p}` points at 320 bytes of 1.0001 aligned to 64 (in L1): the
+/// register-only bodies leave it alone, the tile bodies load from it as the AVX2 prefill tile
+/// (`half_sums_avx2` in runtime/src/kernels/x86.rs) loads its tokens' values (at 0 and 32) and
+/// its rows' weights (at 64 + 32 r).
 #[cfg(target_arch = "x86_64")]
-macro_rules! tile {
+macro_rules! chains {
     ($(#[$doc:meta])* $name:ident, $features:literal, $($body:literal,)*) => {
         $(#[$doc])*
         #[target_feature(enable = $features)]
@@ -54,10 +58,11 @@ macro_rules! tile {
             #[repr(align(64))]
             struct Buf([f32; 80]);
             let buf = Buf([1.0001; 80]);
-            // SAFETY: reads 320 bytes of buf.
+            // SAFETY: reads inside buf only.
             unsafe {
                 core::arch::asm!(
                     "vxorps ymm0, ymm0, ymm0", "vxorps ymm1, ymm1, ymm1", "vxorps ymm2, ymm2, ymm2", "vxorps ymm3, ymm3, ymm3", "vxorps ymm4, ymm4, ymm4", "vxorps ymm5, ymm5, ymm5", "vxorps ymm6, ymm6, ymm6", "vxorps ymm7, ymm7, ymm7", "vxorps ymm8, ymm8, ymm8", "vxorps ymm9, ymm9, ymm9", "vxorps ymm10, ymm10, ymm10", "vxorps ymm11, ymm11, ymm11",
+                    "vmovups ymm12, [{p}]", "vmovups ymm13, [{p}]",
                     "2:",
                     $($body,)*
                     "dec {n}",
@@ -68,63 +73,6 @@ macro_rules! tile {
                     out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
                     out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
                     options(readonly, nostack),
-                );
-            }
-        }
-    };
-}
-
-#[cfg(target_arch = "x86_64")]
-tile!(
-    /// The tile as the kernel runs it: two tokens' values loaded, then per row its weights
-    /// loaded, multiplied by each token's (the product through ymm15, then in place) and added.
-    mul_add_tile, "avx2",
-    "vmovups ymm12, [{p}]", "vmovups ymm13, [{p} + 32]",
-    "vmovups ymm14, [{p} + 64]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm0, ymm0, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm1, ymm1, ymm14",
-    "vmovups ymm14, [{p} + 96]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm2, ymm2, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm3, ymm3, ymm14",
-    "vmovups ymm14, [{p} + 128]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm4, ymm4, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm5, ymm5, ymm14",
-    "vmovups ymm14, [{p} + 160]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm6, ymm6, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm7, ymm7, ymm14",
-    "vmovups ymm14, [{p} + 192]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm8, ymm8, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm9, ymm9, ymm14",
-    "vmovups ymm14, [{p} + 224]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm10, ymm10, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm11, ymm11, ymm14",
-);
-
-#[cfg(target_arch = "x86_64")]
-tile!(
-    /// The same tile with FMA (what a kernel free to fuse would run).
-    fma_tile, "avx2,fma",
-    "vmovups ymm12, [{p}]", "vmovups ymm13, [{p} + 32]",
-    "vmovups ymm14, [{p} + 64]", "vfmadd231ps ymm0, ymm14, ymm12", "vfmadd231ps ymm1, ymm14, ymm13",
-    "vmovups ymm14, [{p} + 96]", "vfmadd231ps ymm2, ymm14, ymm12", "vfmadd231ps ymm3, ymm14, ymm13",
-    "vmovups ymm14, [{p} + 128]", "vfmadd231ps ymm4, ymm14, ymm12", "vfmadd231ps ymm5, ymm14, ymm13",
-    "vmovups ymm14, [{p} + 160]", "vfmadd231ps ymm6, ymm14, ymm12", "vfmadd231ps ymm7, ymm14, ymm13",
-    "vmovups ymm14, [{p} + 192]", "vfmadd231ps ymm8, ymm14, ymm12", "vfmadd231ps ymm9, ymm14, ymm13",
-    "vmovups ymm14, [{p} + 224]", "vfmadd231ps ymm10, ymm14, ymm12", "vfmadd231ps ymm11, ymm14, ymm13",
-);
-
-/// An `unsafe fn NAME(iters)` running the loop body `BODY` (instructions on ymm0–11, the
-/// accumulators, from +0.0; ymm12 = ymm13 = 1.0001, normal numbers throughout, no assists;
-/// ymm14/15 free) `iters` times.
-#[cfg(target_arch = "x86_64")]
-macro_rules! chains {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $($body:literal,)*) => {
-        $(#[$doc])*
-        #[target_feature(enable = $features)]
-        unsafe fn $name(iters: u64) {
-            let a = core::arch::x86_64::_mm256_set1_ps(1.0001);
-            // SAFETY: registers only.
-            unsafe {
-                core::arch::asm!(
-                    "vxorps ymm0, ymm0, ymm0", "vxorps ymm1, ymm1, ymm1", "vxorps ymm2, ymm2, ymm2", "vxorps ymm3, ymm3, ymm3", "vxorps ymm4, ymm4, ymm4", "vxorps ymm5, ymm5, ymm5", "vxorps ymm6, ymm6, ymm6", "vxorps ymm7, ymm7, ymm7", "vxorps ymm8, ymm8, ymm8", "vxorps ymm9, ymm9, ymm9", "vxorps ymm10, ymm10, ymm10", "vxorps ymm11, ymm11, ymm11",
-                    "2:",
-                    $($body,)*
-                    "dec {n}",
-                    "jnz 2b",
-                    n = inout(reg) iters => _,
-                    in("ymm12") a, in("ymm13") a,
-                    out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
-                    out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-                    out("ymm14") _, out("ymm15") _,
-                    options(nomem, nostack),
                 );
             }
         }
@@ -165,6 +113,33 @@ chains!(
     "vfmadd231ps ymm9, ymm12, ymm13",
     "vfmadd231ps ymm10, ymm12, ymm13",
     "vfmadd231ps ymm11, ymm12, ymm13",
+);
+
+#[cfg(target_arch = "x86_64")]
+chains!(
+    /// The tile as the kernel runs it: two tokens' values loaded, then per row its weights
+    /// loaded, multiplied by each token's (the product through ymm15, then in place) and added.
+    mul_add_tile, "avx2",
+    "vmovups ymm12, [{p}]", "vmovups ymm13, [{p} + 32]",
+    "vmovups ymm14, [{p} + 64]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm0, ymm0, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm1, ymm1, ymm14",
+    "vmovups ymm14, [{p} + 96]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm2, ymm2, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm3, ymm3, ymm14",
+    "vmovups ymm14, [{p} + 128]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm4, ymm4, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm5, ymm5, ymm14",
+    "vmovups ymm14, [{p} + 160]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm6, ymm6, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm7, ymm7, ymm14",
+    "vmovups ymm14, [{p} + 192]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm8, ymm8, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm9, ymm9, ymm14",
+    "vmovups ymm14, [{p} + 224]", "vmulps ymm15, ymm14, ymm12", "vaddps ymm10, ymm10, ymm15", "vmulps ymm14, ymm14, ymm13", "vaddps ymm11, ymm11, ymm14",
+);
+
+#[cfg(target_arch = "x86_64")]
+chains!(
+    /// The same tile with FMA (what a kernel free to fuse would run).
+    fma_tile, "avx2,fma",
+    "vmovups ymm12, [{p}]", "vmovups ymm13, [{p} + 32]",
+    "vmovups ymm14, [{p} + 64]", "vfmadd231ps ymm0, ymm14, ymm12", "vfmadd231ps ymm1, ymm14, ymm13",
+    "vmovups ymm14, [{p} + 96]", "vfmadd231ps ymm2, ymm14, ymm12", "vfmadd231ps ymm3, ymm14, ymm13",
+    "vmovups ymm14, [{p} + 128]", "vfmadd231ps ymm4, ymm14, ymm12", "vfmadd231ps ymm5, ymm14, ymm13",
+    "vmovups ymm14, [{p} + 160]", "vfmadd231ps ymm6, ymm14, ymm12", "vfmadd231ps ymm7, ymm14, ymm13",
+    "vmovups ymm14, [{p} + 192]", "vfmadd231ps ymm8, ymm14, ymm12", "vfmadd231ps ymm9, ymm14, ymm13",
+    "vmovups ymm14, [{p} + 224]", "vfmadd231ps ymm10, ymm14, ymm12", "vfmadd231ps ymm11, ymm14, ymm13",
 );
 
 #[cfg(not(target_arch = "x86_64"))]
