@@ -678,9 +678,10 @@ impl Outputs<'_> {
     /// [`Outputs::one`] does (y + bias, then out + that), the same bits. Falls back to `one` where
     /// the rows, the outputs or the bias do not hold all n.
     ///
-    /// The n lanes go out as 4 + 2 + 1 (no `vmaskmovps`: on Zen 3 a masked store of 8 floats is
-    /// microcoded and cost this kernel 4% of its time), and the fallback is out of line so that
-    /// this is small enough to inline into the tile. Always inlined (which `#[target_feature]`
+    /// The bias and the outputs are read with masked loads, but the n lanes are stored as 4 + 2 +
+    /// 1 (no masked store: on Zen 3 `vmaskmovps` to memory is microcoded and cost this kernel 4%
+    /// of its time), and the fallback is out of line so that this is small enough to inline into
+    /// the tile. Always inlined (which `#[target_feature]`
     /// does not allow, hence no attribute and the unsafe): LLVM left it a call, 2-4% of the time.
     ///
     /// # Safety
@@ -694,52 +695,33 @@ impl Outputs<'_> {
             unsafe { self.lanes_one_by_one(t, o, n, y) };
             return;
         }
-        // SAFETY: out[at..at+n] and, with a bias, bias[o..o+n] exist (checked); each access below
-        // touches lanes below n only.
+        // SAFETY: AVX2 (the caller's contract); out[at..at+n] and, with a bias, bias[o..o+n] exist
+        // (checked); the masked loads read lanes below n only, and the stores write lanes below n
+        // only.
         unsafe {
-            let p = self.out.as_mut_ptr().add(at);
-            let b = self.bias.as_ptr().wrapping_add(o);
-            let has_bias = !self.bias.is_empty();
-            let mut i = 0;
-            let mut part = _mm256_castps256_ps128(y);
-            if n >= 4 {
-                let mut v = if has_bias { _mm_add_ps(part, _mm_loadu_ps(b)) } else { _mm_add_ps(part, _mm_setzero_ps()) };
-                if self.accumulate {
-                    v = _mm_add_ps(_mm_loadu_ps(p), v);
-                }
-                _mm_storeu_ps(p, v);
-                i = 4;
-                part = _mm256_extractf128_ps::<1>(y);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            let b = if self.bias.is_empty() { _mm256_setzero_ps() } else { _mm256_maskload_ps(self.bias.as_ptr().add(o), mask) };
+            let mut p = self.out.as_mut_ptr().add(at);
+            let mut v = _mm256_add_ps(y, b);
+            if self.accumulate {
+                v = _mm256_add_ps(_mm256_maskload_ps(p, mask), v);
             }
-            if n - i >= 2 {
-                let bv = if has_bias { _mm_castpd_ps(_mm_load_sd(b.add(i).cast())) } else { _mm_setzero_ps() };
-                let mut v = _mm_add_ps(part, bv);
-                if self.accumulate {
-                    v = _mm_add_ps(_mm_castpd_ps(_mm_load_sd(p.add(i).cast())), v);
-                }
-                _mm_store_sd(p.add(i).cast(), _mm_castps_pd(v));
-                i += 2;
-                part = _mm_movehl_ps(part, part);
+            if n == 8 {
+                _mm256_storeu_ps(p, v);
+                return;
             }
-            if n - i >= 1 {
-                let bv = if has_bias { _mm_load_ss(b.add(i)) } else { _mm_setzero_ps() };
-                let mut v = _mm_add_ss(part, bv);
-                if self.accumulate {
-                    v = _mm_add_ss(_mm_load_ss(p.add(i)), v);
-                }
-                _mm_store_ss(p.add(i), v);
-                i += 1;
+            // n < 8 as 4 + 2 + 1
+            let (mut part, mut left) = (_mm256_castps256_ps128(v), n);
+            if left >= 4 {
+                _mm_storeu_ps(p, part);
+                (part, p, left) = (_mm256_extractf128_ps::<1>(v), p.add(4), left - 4);
             }
-            if n - i >= 1 {
-                // 4 + 2 + 1 covers n ≤ 7; lane 7 of 8 on its own
-                let hi = _mm256_extractf128_ps::<1>(y);
-                let lane = _mm_shuffle_ps::<0xFF>(hi, hi);
-                let bv = if has_bias { _mm_load_ss(b.add(i)) } else { _mm_setzero_ps() };
-                let mut v = _mm_add_ss(lane, bv);
-                if self.accumulate {
-                    v = _mm_add_ss(_mm_load_ss(p.add(i)), v);
-                }
-                _mm_store_ss(p.add(i), v);
+            if left >= 2 {
+                _mm_store_sd(p.cast(), _mm_castps_pd(part));
+                (part, p, left) = (_mm_movehl_ps(part, part), p.add(2), left - 2);
+            }
+            if left == 1 {
+                _mm_store_ss(p, part);
             }
         }
     }
@@ -848,7 +830,7 @@ impl<W: Weight> DenseJob<'_, W> {
         let [lo, hi] = &halves;
         // SAFETY: half_sums_avx2 wrote both (the last k-block's sums go to `halves`).
         let (lo, hi) = unsafe { (lo.assume_init_ref(), hi.assume_init_ref()) };
-        if kb.last && LANES * kb.c1 == cols && R > 1 {
+        if LANES * kb.c1 == cols && R > 1 {
             // each token's R outputs finished side by side (their trees in one pass, the
             // epilogue in vectors: one reduction and one store each cost as much as a chunk)
             for k in 0..T {
