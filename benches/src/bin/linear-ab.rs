@@ -10,12 +10,12 @@
 //! ```
 //!
 //! Arguments: rows, cols, tokens, calls per configuration, then two configurations
-//! `DTYPE[:SCRATCH]` (f32 or f16; SCRATCH: f32 values of scratch, default 2^20).
+//! `DTYPE[:SCRATCH]` (f32, f16, q8 or q4, the last two in groups of 32; SCRATCH: f32 values of scratch, default 2^20).
 //! `GPT2_MCU_NO_AVX512=1` times the AVX2 kernels on an AVX-512 CPU.
 
 use half::f16;
 use kernel_benches::{pseudo, Aligned};
-use runtime::kernels::linear;
+use runtime::kernels::{linear, quantize_group_q4, quantize_group_q8};
 use runtime::model::{Matrix, MatrixData};
 use std::time::Instant;
 
@@ -23,7 +23,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: linear-ab ROWS COLS TOKENS CALLS DTYPE[:SCRATCH] DTYPE[:SCRATCH]";
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{usage}\n  f32 or f16 weights; SCRATCH: f32 values of scratch (default 2^20), e.g. f16:0\n  example: linear-ab 2304 768 64 300 f32 f16");
+        println!("{usage}\n  f32, f16, q8 or q4 weights; SCRATCH: f32 values of scratch (default 2^20), e.g. f16:0\n  example: linear-ab 2304 768 64 300 f32 f16");
         return;
     }
     if args.len() != 6 {
@@ -40,6 +40,14 @@ fn main() {
     // every buffer on a 64-byte boundary, as the blob's tensors and the arena are
     let w = Aligned::new(&pseudo(rows * cols, 1));
     let wh = Aligned::new(&w.iter().map(|&v| f16::from_f32(v)).collect::<Vec<f16>>());
+    // q8 / q4 in groups of 32, quantized as the converter does
+    let group = 32;
+    let (mut q8, mut q4, mut s8, mut s4) = (vec![0i8; rows * cols], vec![0u8; rows * cols / 2], Vec::new(), Vec::new());
+    for ((x, q), p) in w.chunks(group).zip(q8.chunks_mut(group)).zip(q4.chunks_mut(group / 2)) {
+        s8.push(quantize_group_q8(x, q));
+        s4.push(quantize_group_q4(x, p));
+    }
+    let (q8, q4, s8, s4) = (Aligned::new(&q8), Aligned::new(&q4), Aligned::new(&s8), Aligned::new(&s4));
     let x = Aligned::new(&pseudo(tokens * cols, 2));
     let configs: Vec<(String, Matrix<'_>, usize)> = args[4..]
         .iter()
@@ -48,8 +56,10 @@ fn main() {
             let data = match dtype {
                 "f32" => MatrixData::F32(&w),
                 "f16" => MatrixData::F16(&wh),
+                "q8" => MatrixData::Q8 { values: &q8, scales: &s8, group },
+                "q4" => MatrixData::Q4 { packed: &q4, scales: &s4, group },
                 _ => {
-                    eprintln!("{usage}: dtype {dtype:?} is not f32 or f16");
+                    eprintln!("{usage}: dtype {dtype:?} is not f32, f16, q8 or q4");
                     std::process::exit(2)
                 }
             };

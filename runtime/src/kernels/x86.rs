@@ -1742,6 +1742,10 @@ mod tests {
         quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
+        // q8 lane tiles (16 rows × 4 tokens) and the rows and tokens past them: rows of fewer than
+        // 16 groups (accumulators left at +0.0), an odd number of groups (the last paired with
+        // zeros in Wide16), k-blocks (96 groups: 6 of 16), blocks of tokens (3072 columns: 40)
+        quant_linear_matches_portable(15, &[(16, 256), (33, 800), (18, 3072), (48, 96), (17, 32), (32, 768)], &[4, 5, 8, 9, 17, 70], takes, avx2);
         // q8 with other groups (the shipped model's 28; 4..=32, a multiple of 4: masked loads,
         // groups padded in the activations, blocks of 1 to 8 groups); q4 declines them. Rows of
         // 4 groups of 16 or more (112, 80, 64 columns) take plain loads for the pairs with a row
@@ -2188,12 +2192,76 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     let full = group == VNNI_GROUP && gpr % AVX2_BLOCK == 0;
     let ahead = decode_prefetch(false);
     let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr(), ahead };
-    let mut store = move |t: usize, o: usize, y: f32| super::store_out(out, rows, bias, accumulate, t, o, y);
+    let mut outs = Outputs { out, rows, bias, accumulate };
+    // q8 prefill in groups of 32: rows in lanes, tiles of 8 rows × 8 tokens (see the section
+    // after `Avx2Quant`); the rows and tokens past the last whole tile go on below
+    let (lane_rows, lane_tokens) = if !q4 && group == VNNI_GROUP && tokens >= LANE_TOKENS { (rows / LANE_ROWS * LANE_ROWS, tokens / LANE_TOKENS * LANE_TOKENS) } else { (0, 0) };
+    if lane_rows > 0 {
+        // (not zeroed: 160 KiB a call, a memset of 3% of the time; every entry is written before
+        // it is read: packed and wsc by pack_lanes_q8, a tile's slots at its first k-block)
+        let mut packed = [[MaybeUninit::<__m256i>::uninit(); 16 * LANE_KGROUPS]; LANE_GROUPS];
+        let mut wsc = [[MaybeUninit::<__m256>::uninit(); LANE_KGROUPS]; LANE_GROUPS];
+        let mut slots = [MaybeUninit::<LaneSlots<LANE_GROUPS, LANE_TOKENS>>::uninit(); LANE_BLOCK_TOKENS / LANE_TOKENS];
+        // a block of tokens' int16 activations stays in L2 (≤ 256 KiB) while the rows pass
+        let block_tokens = (256 * 1024 / (2 * cols)).clamp(LANE_TOKENS, LANE_BLOCK_TOKENS) / LANE_TOKENS * LANE_TOKENS;
+        let nk = gpr.div_ceil(LANE_KGROUPS);
+        let kg = gpr.div_ceil(nk); // groups per k-block, balanced
+        for t0 in (0..lane_tokens).step_by(block_tokens) {
+            let t1 = (t0 + block_tokens).min(lane_tokens);
+            for o in (0..lane_rows).step_by(LANE_ROWS) {
+                for g0 in (0..gpr).step_by(kg) {
+                    let g1 = (g0 + kg).min(gpr);
+                    for (v, (p, s)) in packed.iter_mut().zip(&mut wsc).enumerate() {
+                        // SAFETY: rows o + 8v..o + 8v + 8 ≤ rows exist (quant_job checked the data
+                        // and scales); p holds 16 · kg ≤ 16 · LANE_KGROUPS vectors, s kg.
+                        unsafe { a.pack_lanes_q8(data.as_ptr(), scales.as_ptr(), o + 8 * v, g0..g1, p.as_mut_ptr().cast(), s.as_mut_ptr().cast()) };
+                    }
+                    // the weights packed next (the next k-block of these rows, else the next
+                    // rows' first), asked for a few lines a tile, one row after the other, so
+                    // that pack_lanes_q8 does not wait for memory (it took 16% of the time)
+                    let (next_o, next_g0) = if g1 < gpr { (o, g1) } else { (o + LANE_ROWS, 0) };
+                    let next = data.as_ptr().wrapping_add(next_o * cols + 32 * next_g0);
+                    let per_row = (32 * kg.min(gpr - next_g0)).div_ceil(64);
+                    let lines = (per_row * LANE_ROWS).div_ceil((t1 - t0) / LANE_TOKENS);
+                    let (mut r, mut line) = (0, 0);
+                    for (t, slots) in (t0..t1).step_by(LANE_TOKENS).zip(&mut slots) {
+                        for _ in 0..lines {
+                            if next_o + r < lane_rows {
+                                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * cols + 64 * line).cast());
+                            }
+                            line += 1;
+                            if line == per_row {
+                                (r, line) = (r + 1, 0);
+                            }
+                        }
+                        // SAFETY: packed and wsc hold the rows' groups g0..g1; tokens
+                        // t..t+LANE_TOKENS ≤ lane_tokens exist; slots is the tile's own.
+                        unsafe { a.tile_lanes_q8::<LANE_GROUPS, LANE_TOKENS>(packed.each_ref().map(|p| p.as_ptr().cast()), wsc.each_ref().map(|s| s.as_ptr().cast()), t, g0..g1, slots.as_mut_ptr()) };
+                        if g1 < gpr {
+                            continue;
+                        }
+                        // SAFETY: the tiles wrote accumulators 0..min(gpr, 16), which are all
+                        // lane_outputs reads.
+                        for (v, y) in unsafe { lane_outputs(slots.as_ptr(), gpr) }.into_iter().enumerate() {
+                            for (k, y) in y.into_iter().enumerate() {
+                                // SAFETY: AVX2 (this function's).
+                                unsafe { outs.lanes(t + k, o + 8 * v, 8, y) };
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut store = |t: usize, o: usize, y: f32| outs.one(t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
-    for r0 in (0..rows).step_by(block_rows) {
-        let r1 = (r0 + block_rows).min(rows);
-        for t0 in (0..tokens).step_by(QUANT_TOKENS) {
-            let nt = (tokens - t0).min(QUANT_TOKENS);
+    // the rows past the lane tiles' (all of them when there are none) for every token, then
+    // the tokens past theirs for their rows
+    for (row_range, token_range) in [(lane_rows..rows, 0..tokens), (0..lane_rows, lane_tokens..tokens)] {
+    for r0 in row_range.clone().step_by(block_rows) {
+        let r1 = (r0 + block_rows).min(row_range.end);
+        for t0 in token_range.clone().step_by(QUANT_TOKENS) {
+            let nt = (token_range.end - t0).min(QUANT_TOKENS);
             // SAFETY: rows r0..r1 ≤ rows have `row_bytes` bytes and `gpr` scales each, and tokens
             // t0..t0+nt ≤ tokens their activations (all checked by quant_job).
             unsafe {
@@ -2235,6 +2303,7 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
                 }
             }
         }
+    }
     }
     true
 }
@@ -2589,5 +2658,162 @@ impl Avx2Quant {
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
             }
         }
+    }
+}
+
+// ---- q8 prefill with AVX2: rows in lanes ------------------------------------------------------
+//
+// `rows_q8` puts a block of 8 groups of one row in the lanes, so each token's 16 `vpmaddwd`
+// products per block are folded (adds and unpacks) into 8 group sums before their float steps:
+// about 46 vector operations per 256 multiply-adds, and on Zen 3 the kernel is bound by them.
+// Here lane r of every vector is weight row o + r instead: a vector holds one pair of columns
+// of 8 rows (widened to int16 once per block of tokens and transposed, `pack_lanes_q8`), and a
+// token's pair of activations is broadcast to all lanes. One `vpmaddwd` and one `vpaddd` then
+// add a pair's two products to each row's group sum, and after a group's 16 pairs each lane
+// holds its row's exact group sum, with no fold: 16 + 15 integer operations and 4 float steps
+// (convert, two multiplies, add) per 256 multiply-adds, all lane for lane. The float steps are
+// `combine_groups`' (group g into accumulator g mod 16, starting from +0.0, then `reduce`'s
+// tree), each lane one row: the same bits as the portable kernel. A tile is 8 rows × 8 tokens:
+// 8 group sums in registers, the weights of a pair in one and the broadcast activations in
+// another; each of its 16 float accumulators per token sits on the stack (one load and one
+// store per group).
+
+/// Groups of 8 weight rows a lane tile takes (row 8v + r of the tile in lane r of group v).
+const LANE_GROUPS: usize = 2;
+/// Weight rows a lane tile takes.
+const LANE_ROWS: usize = 8 * LANE_GROUPS;
+/// Tokens a lane tile takes.
+const LANE_TOKENS: usize = 4;
+/// Groups of 32 columns per k-block of a lane tile: the k-block of its rows is packed on the stack
+/// (LANE_ROWS × 64 bytes a group) and read from L1.
+const LANE_KGROUPS: usize = 16;
+/// Tokens per block of activations (their int16 values stay in L2) in the lane tiles.
+const LANE_BLOCK_TOKENS: usize = 128;
+
+/// Rows in lanes 0–7 of eight vectors of 8 dwords transposed: vector j of the result holds dword
+/// j of every input, input r in lane r.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn transpose8x32(v: [__m256i; 8]) -> [__m256i; 8] {
+    let [r0, r1, r2, r3, r4, r5, r6, r7] = v;
+    // rows 2i, 2i+1 interleaved: [a0 b0 a1 b1 | a4 b4 a5 b5] and [a2 b2 a3 b3 | a6 b6 a7 b7]
+    let pair = |a, b| (_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    let ((t0, t1), (t2, t3), (t4, t5), (t6, t7)) = (pair(r0, r1), pair(r2, r3), pair(r4, r5), pair(r6, r7));
+    // rows 4i..4i+4: dword c in lanes 0–3, dword c + 4 in lanes 4–7
+    let quad = |a, b| (_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+    let ((u0, u1), (u2, u3), (u4, u5), (u6, u7)) = (quad(t0, t2), quad(t1, t3), quad(t4, t6), quad(t5, t7));
+    let lo = |a, b| _mm256_permute2x128_si256::<0x20>(a, b);
+    let hi = |a, b| _mm256_permute2x128_si256::<0x31>(a, b);
+    [lo(u0, u4), lo(u1, u5), lo(u2, u6), lo(u3, u7), hi(u0, u4), hi(u1, u5), hi(u2, u6), hi(u3, u7)]
+}
+
+/// A lane tile's float accumulators (`combine_groups`' 16, for each group of 8 rows and token).
+type LaneSlots<const RV: usize, const T: usize> = [[[__m256; T]; RV]; LANES];
+
+/// The outputs of a lane tile from its accumulators: [`super::reduce`]'s tree lane for lane
+/// (i + i+8, i + i+4, i + i+2, i + i+1), `[v][k]` for row group v and token k. Accumulators
+/// `gpr..16` (rows of fewer than 16 groups) are +0.0, as in `combine_groups`, and not read.
+///
+/// # Safety
+/// Accumulators `0..min(gpr, 16)` must have been written ([`Avx2Quant::tile_lanes_q8`]); AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn lane_outputs<const RV: usize, const T: usize>(slots: *const LaneSlots<RV, T>, gpr: usize) -> [[__m256; T]; RV] {
+    let slots = slots.cast::<__m256>();
+    let mut out = [[_mm256_setzero_ps(); T]; RV];
+    for (v, out) in out.iter_mut().enumerate() {
+        for (k, out) in out.iter_mut().enumerate() {
+            // SAFETY: the caller's contract (i < gpr was written).
+            let s = |i: usize| if i < gpr { unsafe { slots.add(RV * T * i + T * v + k).read() } } else { _mm256_setzero_ps() };
+            let [a0, a1, a2, a3, a4, a5, a6, a7]: [__m256; 8] = core::array::from_fn(|i| _mm256_add_ps(s(i), s(i + 8)));
+            let (b0, b1, b2, b3) = (_mm256_add_ps(a0, a4), _mm256_add_ps(a1, a5), _mm256_add_ps(a2, a6), _mm256_add_ps(a3, a7));
+            let (c0, c1) = (_mm256_add_ps(b0, b2), _mm256_add_ps(b1, b3));
+            *out = _mm256_add_ps(c0, c1);
+        }
+    }
+    out
+}
+
+impl Avx2Quant {
+    /// Rows o..o+8 of a q8 matrix in groups of 32 (`wrows`/`wsc`) as the lane tiles read them:
+    /// `packed[16g + j]` holds columns 32g + 2j, 32g + 2j + 1 of the 8 rows as int16 pairs (row
+    /// r in dword r), `scales[g]` the rows' scales of group g.
+    ///
+    /// # Safety
+    /// Rows o..o+8 must exist (`cols` bytes and `gpr` scales each), `packed` must be writable
+    /// for `cols / 2` vectors and `scales` for `gpr`; AVX2.
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pack_lanes_q8(&self, wrows: *const u8, wsc: *const f32, o: usize, groups: core::ops::Range<usize>, packed: *mut __m256i, scales: *mut __m256) {
+        let Self { cols, gpr, .. } = *self;
+        let g0 = groups.start;
+        // SAFETY (every raw access): the caller's contract.
+        unsafe {
+            for g in groups {
+                let at = |r: usize| wrows.add((o + r) * cols + 32 * g);
+                let lo = transpose8x32(core::array::from_fn(|r| _mm256_cvtepi8_epi16(_mm_loadu_si128(at(r).cast()))));
+                let hi = transpose8x32(core::array::from_fn(|r| _mm256_cvtepi8_epi16(_mm_loadu_si128(at(r).add(16).cast()))));
+                let dst = packed.add(16 * (g - g0));
+                for (j, (lo, hi)) in lo.into_iter().zip(hi).enumerate() {
+                    dst.add(j).write(lo);
+                    dst.add(8 + j).write(hi);
+                }
+                let s: [f32; 8] = core::array::from_fn(|r| *wsc.add((o + r) * gpr + g));
+                scales.add(g - g0).write(_mm256_loadu_ps(s.as_ptr()));
+            }
+        }
+    }
+
+    /// The outputs of `RV` groups of 8 packed rows ([`Self::pack_lanes_q8`], group v at
+    /// `packed[v]`, `scales[v]`) for tokens t..t+T: `[v][k]` holds token t + k's, row 8v + r of
+    /// the tile in lane r, each [`super::dot_q8`]'s bits.
+    ///
+    /// # Safety
+    /// Each `packed[v]` and `scales[v]` must hold its rows' `gpr` groups, and tokens t..t+T must
+    /// exist in `wide` (groups of 32, [`QuantOrder::Wide16`]) and `xs`; AVX2.
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn tile_lanes_q8<const RV: usize, const T: usize>(&self, packed: [*const __m256i; RV], scales: [*const __m256; RV], t: usize, groups: core::ops::Range<usize>, slots: *mut LaneSlots<RV, T>) {
+        let Self { gpr, x_stride, wide, xs, .. } = *self;
+        let g0 = groups.start;
+        for g in groups {
+            // SAFETY (every raw access): the caller's contract. In Wide16 order, pair j of group
+            // g starts at half 64·(g/2) + 8·(g%2) + 16·(j/4) + 2·(j%4) of the token's values.
+            unsafe {
+                let mut w = packed.map(|p| p.add(16 * (g - g0)));
+                let mut x: [*const i16; T] = core::array::from_fn(|k| wide.add((t + k) * x_stride + 64 * (g / 2) + 8 * (g % 2)));
+                // [token][row group]
+                let mut isum = [[_mm256_setzero_si256(); RV]; T];
+                // four runs of 4 pairs (16 halves apart in the activations)
+                for _ in 0..4 {
+                    for j in 0..4 {
+                        let wv = w.map(|p| _mm256_load_si256(p.add(j)));
+                        for (sk, &x) in isum.iter_mut().zip(&x) {
+                            // the pair as one dword in every lane (a broadcast load)
+                            let xb = _mm256_castps_si256(_mm256_broadcast_ss(&*x.add(2 * j).cast::<f32>()));
+                            for (s, &wv) in sk.iter_mut().zip(&wv) {
+                                *s = _mm256_add_epi32(*s, _mm256_madd_epi16(wv, xb));
+                            }
+                        }
+                    }
+                    w = w.map(|p| p.add(4));
+                    x = x.map(|p| p.add(16));
+                }
+                // accumulator g mod 16 starts at +0.0 with group g < 16 (written, not read:
+                // the caller does not zero them)
+                let slot = slots.cast::<__m256>().add(RV * T * (g % LANES));
+                let fresh = g < LANES;
+                let sw = scales.map(|sc| sc.add(g - g0).read());
+                for (k, sk) in isum.into_iter().enumerate() {
+                    let sx = _mm256_broadcast_ss(&*xs.add((t + k) * gpr + g));
+                    for (v, (s, &sw)) in sk.into_iter().zip(&sw).enumerate() {
+                        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, sx));
+                        let a = slot.add(T * v + k);
+                        a.write(_mm256_add_ps(if fresh { _mm256_setzero_ps() } else { a.read() }, term));
+                    }
+                }
+            }
+        }
+
     }
 }
