@@ -1725,9 +1725,9 @@ mod tests {
     }
 
     /// The AVX2 q8/q4 `linear` must give the portable kernel's bits for every shape it takes
-    /// (rows of whole blocks of 8 groups; 1 to 17 tokens: blocks of 8 and the rest; more rows
-    /// than one block of 256 KiB of weights; extreme values, bias, accumulate) and decline the
-    /// others without writing.
+    /// (rows of whole blocks of 8 groups; 1 to 3 tokens in blocks of 8, more in lane tiles; more
+    /// rows than one block of 256 KiB of weights; extreme values, bias, accumulate) and decline
+    /// the others without writing.
     #[test]
     fn avx2_quant_linear_is_bit_identical_to_portable() {
         if Avx2::detect().is_none() {
@@ -1742,10 +1742,11 @@ mod tests {
         quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
-        // q8 lane tiles (16 rows × 4 tokens) and the rows and tokens past them: rows of fewer than
-        // 16 groups (accumulators left at +0.0), an odd number of groups (the last paired with
+        // lane tiles (16 rows × 4 tokens, from 4 tokens on), the last rows' tile part empty (1,
+        // 2, 3, 5, 12 rows of 16), the last 1-3 tokens in tiles of their own: rows of fewer than 16
+        // groups (accumulators left at +0.0), an odd number of groups (q8: the last paired with
         // zeros in Wide16), k-blocks (96 groups: 6 of 16), blocks of tokens (3072 columns: 40)
-        quant_linear_matches_portable(15, &[(16, 256), (33, 800), (18, 3072), (48, 96), (17, 32), (32, 768)], &[4, 5, 8, 9, 17, 70], takes, avx2);
+        quant_linear_matches_portable(15, &[(16, 256), (33, 800), (18, 3072), (48, 96), (17, 32), (32, 768), (12, 512), (24, 256), (35, 256)], &[4, 5, 6, 7, 8, 9, 11, 17, 70], takes, avx2);
         // q8 with other groups (the shipped model's 28; 4..=32, a multiple of 4: masked loads,
         // groups padded in the activations, blocks of 1 to 8 groups); q4 declines them. Rows of
         // 4 groups of 16 or more (112, 80, 64 columns) take plain loads for the pairs with a row
@@ -2149,9 +2150,11 @@ fn reduce512(v: __m512) -> f32 {
 // steps lane for lane (group g into lane g mod 16: lanes 0–7 and 8–15 in two registers), then
 // the same tree.
 //
-// Prefill keeps a block of rows (≤ 256 KiB of weights) in L2 and the activations of a block of 8
-// tokens in L1; each row's weights are loaded and widened once per block of tokens. Rows of whole
-// blocks of 8 groups of 32 only (GPT-2's 768 and 3072); others go portable.
+// This is decode's kernel, and prefill's for fewer than 4 tokens or groups other than 32 (the
+// rest goes to the lane tiles below). Prefill keeps a block of rows (≤ 256 KiB of weights) in
+// L2 and the activations of a block of 8 tokens in L1; each row's weights are loaded and widened
+// once per block of tokens. q4: rows of whole blocks of 8 groups of 32 only (GPT-2's 768 and
+// 3072); others go portable.
 
 /// Groups per AVX2 block.
 const AVX2_BLOCK: usize = 8;
@@ -2183,7 +2186,14 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
         MatrixData::Q8 { group, .. } if group % 4 == 0 && (4..=32).contains(&group) => group,
         _ => VNNI_GROUP,
     };
-    let order = |q4| if q4 { QuantOrder::Q4Pairs } else { QuantOrder::Wide16 };
+    // prefill of 4 tokens or more in groups of 32: the lane tiles (see the section after
+    // `Avx2Quant`), which read q4 activations in their natural order
+    let lanes = group == VNNI_GROUP && w.cols > 0 && w.rows > 0 && (x.len() / w.cols).min(out.len() / w.rows) >= LANE_TOKENS;
+    let order = |q4| match (q4, lanes) {
+        (true, true) => QuantOrder::Natural,
+        (true, false) => QuantOrder::Q4Pairs,
+        (false, _) => QuantOrder::Wide16,
+    };
     let multiple = |q4| if q4 { AVX2_BLOCK * VNNI_GROUP } else { group };
     let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, wide }) = quant_job(x, out.len(), w, group, multiple, order, scratch) else {
         return false;
@@ -2193,75 +2203,28 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     let ahead = decode_prefetch(false);
     let a = Avx2Quant { cols, gpr, group, x_stride: wide16_len(cols, group), q: q.as_ptr(), wide: wide.as_ptr(), xs: xs.as_ptr(), sums: sums.as_ptr(), ahead };
     let mut outs = Outputs { out, rows, bias, accumulate };
-    // q8 prefill in groups of 32: rows in lanes, tiles of 8 rows × 8 tokens (see the section
-    // after `Avx2Quant`); the rows and tokens past the last whole tile go on below
-    let (lane_rows, lane_tokens) = if !q4 && group == VNNI_GROUP && tokens >= LANE_TOKENS { (rows / LANE_ROWS * LANE_ROWS, tokens / LANE_TOKENS * LANE_TOKENS) } else { (0, 0) };
-    if lane_rows > 0 {
-        // (not zeroed: 160 KiB a call, a memset of 3% of the time; every entry is written before
-        // it is read: packed and wsc by pack_lanes_q8, a tile's slots at its first k-block)
-        let mut packed = [[MaybeUninit::<__m256i>::uninit(); 16 * LANE_KGROUPS]; LANE_GROUPS];
-        let mut wsc = [[MaybeUninit::<__m256>::uninit(); LANE_KGROUPS]; LANE_GROUPS];
-        let mut slots = [MaybeUninit::<LaneSlots<LANE_GROUPS, LANE_TOKENS>>::uninit(); LANE_BLOCK_TOKENS / LANE_TOKENS];
-        // a block of tokens' int16 activations stays in L2 (≤ 256 KiB) while the rows pass
-        let block_tokens = (256 * 1024 / (2 * cols)).clamp(LANE_TOKENS, LANE_BLOCK_TOKENS) / LANE_TOKENS * LANE_TOKENS;
-        let nk = gpr.div_ceil(LANE_KGROUPS);
-        let kg = gpr.div_ceil(nk); // groups per k-block, balanced
-        for t0 in (0..lane_tokens).step_by(block_tokens) {
-            let t1 = (t0 + block_tokens).min(lane_tokens);
-            for o in (0..lane_rows).step_by(LANE_ROWS) {
-                for g0 in (0..gpr).step_by(kg) {
-                    let g1 = (g0 + kg).min(gpr);
-                    for (v, (p, s)) in packed.iter_mut().zip(&mut wsc).enumerate() {
-                        // SAFETY: rows o + 8v..o + 8v + 8 ≤ rows exist (quant_job checked the data
-                        // and scales); p holds 16 · kg ≤ 16 · LANE_KGROUPS vectors, s kg.
-                        unsafe { a.pack_lanes_q8(data.as_ptr(), scales.as_ptr(), o + 8 * v, g0..g1, p.as_mut_ptr().cast(), s.as_mut_ptr().cast()) };
-                    }
-                    // the weights packed next (the next k-block of these rows, else the next
-                    // rows' first), asked for a few lines a tile, one row after the other, so
-                    // that pack_lanes_q8 does not wait for memory (it took 16% of the time)
-                    let (next_o, next_g0) = if g1 < gpr { (o, g1) } else { (o + LANE_ROWS, 0) };
-                    let next = data.as_ptr().wrapping_add(next_o * cols + 32 * next_g0);
-                    let per_row = (32 * kg.min(gpr - next_g0)).div_ceil(64);
-                    let lines = (per_row * LANE_ROWS).div_ceil((t1 - t0) / LANE_TOKENS);
-                    let (mut r, mut line) = (0, 0);
-                    for (t, slots) in (t0..t1).step_by(LANE_TOKENS).zip(&mut slots) {
-                        for _ in 0..lines {
-                            if next_o + r < lane_rows {
-                                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * cols + 64 * line).cast());
-                            }
-                            line += 1;
-                            if line == per_row {
-                                (r, line) = (r + 1, 0);
-                            }
-                        }
-                        // SAFETY: packed and wsc hold the rows' groups g0..g1; tokens
-                        // t..t+LANE_TOKENS ≤ lane_tokens exist; slots is the tile's own.
-                        unsafe { a.tile_lanes_q8::<LANE_GROUPS, LANE_TOKENS>(packed.each_ref().map(|p| p.as_ptr().cast()), wsc.each_ref().map(|s| s.as_ptr().cast()), t, g0..g1, slots.as_mut_ptr()) };
-                        if g1 < gpr {
-                            continue;
-                        }
-                        // SAFETY: the tiles wrote accumulators 0..min(gpr, 16), which are all
-                        // lane_outputs reads.
-                        for (v, y) in unsafe { lane_outputs(slots.as_ptr(), gpr) }.into_iter().enumerate() {
-                            for (k, y) in y.into_iter().enumerate() {
-                                // SAFETY: AVX2 (this function's).
-                                unsafe { outs.lanes(t + k, o + 8 * v, 8, y) };
-                            }
-                        }
-                    }
-                }
+    if lanes {
+        // every row and token in lane tiles: 4 tokens a tile, then the last 1-3 tokens
+        let whole = tokens / LANE_TOKENS * LANE_TOKENS;
+        // SAFETY: quant_job checked the rows' data and scales and the tokens' activations (in
+        // the order the lane tiles read: Wide16 for q8, Natural for q4).
+        unsafe {
+            lane_tiles::<LANE_TOKENS>(&a, q4, data, scales, 0..whole, &mut outs);
+            match tokens - whole {
+                1 => lane_tiles::<1>(&a, q4, data, scales, whole..tokens, &mut outs),
+                2 => lane_tiles::<2>(&a, q4, data, scales, whole..tokens, &mut outs),
+                3 => lane_tiles::<3>(&a, q4, data, scales, whole..tokens, &mut outs),
+                _ => {}
             }
         }
+        return true;
     }
     let mut store = |t: usize, o: usize, y: f32| outs.one(t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
-    // the rows past the lane tiles' (all of them when there are none) for every token, then
-    // the tokens past theirs for their rows
-    for (row_range, token_range) in [(lane_rows..rows, 0..tokens), (0..lane_rows, lane_tokens..tokens)] {
-    for r0 in row_range.clone().step_by(block_rows) {
-        let r1 = (r0 + block_rows).min(row_range.end);
-        for t0 in token_range.clone().step_by(QUANT_TOKENS) {
-            let nt = (token_range.end - t0).min(QUANT_TOKENS);
+    for r0 in (0..rows).step_by(block_rows) {
+        let r1 = (r0 + block_rows).min(rows);
+        for t0 in (0..tokens).step_by(QUANT_TOKENS) {
+            let nt = (tokens - t0).min(QUANT_TOKENS);
             // SAFETY: rows r0..r1 ≤ rows have `row_bytes` bytes and `gpr` scales each, and tokens
             // t0..t0+nt ≤ tokens their activations (all checked by quant_job).
             unsafe {
@@ -2303,7 +2266,6 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
                 }
             }
         }
-    }
     }
     true
 }
@@ -2661,22 +2623,32 @@ impl Avx2Quant {
     }
 }
 
-// ---- q8 prefill with AVX2: rows in lanes ------------------------------------------------------
+// ---- q8 / q4 prefill with AVX2: rows in lanes -------------------------------------------------
 //
 // `rows_q8` puts a block of 8 groups of one row in the lanes, so each token's 16 `vpmaddwd`
 // products per block are folded (adds and unpacks) into 8 group sums before their float steps:
-// about 46 vector operations per 256 multiply-adds, and on Zen 3 the kernel is bound by them.
-// Here lane r of every vector is weight row o + r instead: a vector holds one pair of columns
-// of 8 rows (widened to int16 once per block of tokens and transposed, `pack_lanes_q8`), and a
-// token's pair of activations is broadcast to all lanes. One `vpmaddwd` and one `vpaddd` then
-// add a pair's two products to each row's group sum, and after a group's 16 pairs each lane
-// holds its row's exact group sum, with no fold: 16 + 15 integer operations and 4 float steps
-// (convert, two multiplies, add) per 256 multiply-adds, all lane for lane. The float steps are
-// `combine_groups`' (group g into accumulator g mod 16, starting from +0.0, then `reduce`'s
-// tree), each lane one row: the same bits as the portable kernel. A tile is 8 rows × 8 tokens:
-// 8 group sums in registers, the weights of a pair in one and the broadcast activations in
-// another; each of its 16 float accumulators per token sits on the stack (one load and one
-// store per group).
+// about 46 vector operations per 256 multiply-adds, and on Zen 3 the kernel is bound by them
+// (it runs this mix at about 2.8 a cycle). From 4 tokens on, lane r of every vector is weight
+// row o + r instead: a vector holds a few columns of 8 rows (widened and transposed once per
+// block of tokens, `pack_lanes_q8` / `pack_lanes_q4`), and a token's values for those columns
+// are broadcast to all lanes (one broadcast load). After a group's columns each lane holds its
+// row's exact group sum, with no fold:
+// - q8: a pair of columns as int16, `vpmaddwd` + `vpaddd`: 16 + 16 integer operations per 256
+//   multiply-adds.
+// - q4: 4 columns as bytes (the stored nibbles, q + 8), `vpmaddubsw` + `vpaddw` (int16 sums of
+//   a group stay below 8 · 2 · 15 · 127 < 2¹⁵), then one `vpmaddwd` by ones and the + 8 taken
+//   off with 8 · Σx: about 18 per 256.
+// Then 4 float steps (convert, two multiplies, add) per 256, lane for lane, which are
+// `combine_groups`' (group g into accumulator g mod 16, from +0.0, then `reduce`'s tree), each
+// lane one row: the same bits as the portable kernel. A tile is 16 rows (two vectors of 8) × 4
+// tokens: 8 group sums in registers, the two weight vectors and the broadcast; each of its 16
+// float accumulators per row vector and token sits on the stack (a load and a store per group),
+// so k-blocks cost nothing. The last rows' tile is packed with zero rows (not stored), the last
+// 1–3 tokens take tiles of their own (`lane_tiles`).
+//
+// Zen 3, `linear-ab` (one thread, 128 tokens, median of 6–8 alternated rounds' best): q8
+// 2304 × 768 36.8 → 44.0 G MAC/s, 768 × 3072 32.8 → 37.7; q4 2304 × 768 37.9 → 47.5, 768 ×
+// 3072 44.4 → 56.5 (BENCHMARKS.md, run 16).
 
 /// Groups of 8 weight rows a lane tile takes (row 8v + r of the tile in lane r of group v).
 const LANE_GROUPS: usize = 2;
@@ -2707,6 +2679,96 @@ fn transpose8x32(v: [__m256i; 8]) -> [__m256i; 8] {
     [lo(u0, u4), lo(u1, u5), lo(u2, u6), lo(u3, u7), hi(u0, u4), hi(u1, u5), hi(u2, u6), hi(u3, u7)]
 }
 
+/// Every output of all rows × tokens `ts` (a multiple of T) of a q8 / q4 `linear` in groups of
+/// 32 in lane tiles of 16 rows × T tokens (the last rows' tile packed with zero rows, whose
+/// outputs are not stored). Loop order: a block of tokens' activations stays in L2 while for
+/// each 16 rows and k-block of groups the rows are packed into L1 and the block's tiles pass
+/// over them; a tile's float accumulators go on between k-blocks.
+///
+/// # Safety
+/// `data` and `scales` must hold `outs.rows` rows, `a` the tokens `ts` (q8: Wide16, q4: Natural
+/// order); AVX2.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn lane_tiles<const T: usize>(a: &Avx2Quant, q4: bool, data: &[u8], scales: &[f32], ts: core::ops::Range<usize>, outs: &mut Outputs<'_>) {
+    let Avx2Quant { cols, gpr, .. } = *a;
+    let rows = outs.rows;
+    let row_bytes = if q4 { cols / 2 } else { cols };
+    // (not zeroed: 160 KiB a call, a memset of 3% of the time; every entry is written before it
+    // is read: packed and wsc by the packing, a tile's accumulators at its first k-block)
+    let mut packed = [[MaybeUninit::<__m256i>::uninit(); 16 * LANE_KGROUPS]; LANE_GROUPS];
+    let mut wsc = [[MaybeUninit::<__m256>::uninit(); LANE_KGROUPS]; LANE_GROUPS];
+    let mut slots = [MaybeUninit::<LaneSlots<LANE_GROUPS, T>>::uninit(); LANE_BLOCK_TOKENS / LANE_TOKENS];
+    // a block of tokens' activations stays in L2 (≤ 256 KiB of int16 values), at most one tile
+    // for each entry of slots
+    let block_tokens = (256 * 1024 / (2 * cols)).clamp(T, LANE_BLOCK_TOKENS).min(T * slots.len()) / T * T;
+    let nk = gpr.div_ceil(LANE_KGROUPS);
+    let kg = gpr.div_ceil(nk); // groups per k-block, balanced
+    for t0 in ts.clone().step_by(block_tokens) {
+        let t1 = (t0 + block_tokens).min(ts.end);
+        for o in (0..rows).step_by(LANE_ROWS) {
+            // rows of each group of 8 that exist
+            let have: [usize; LANE_GROUPS] = core::array::from_fn(|v| rows.saturating_sub(o + 8 * v).min(8));
+            for g0 in (0..gpr).step_by(kg) {
+                let g1 = (g0 + kg).min(gpr);
+                for (((p, s), v), &n) in packed.iter_mut().zip(&mut wsc).zip(0..).zip(&have) {
+                    // SAFETY: the n rows from o + 8v exist (the caller's contract); p holds
+                    // per_group · kg vectors, s kg.
+                    unsafe {
+                        if q4 {
+                            a.pack_lanes_q4(data.as_ptr(), scales.as_ptr(), o + 8 * v..o + 8 * v + n, g0..g1, p.as_mut_ptr().cast(), s.as_mut_ptr().cast());
+                        } else {
+                            a.pack_lanes_q8(data.as_ptr(), scales.as_ptr(), o + 8 * v..o + 8 * v + n, g0..g1, p.as_mut_ptr().cast(), s.as_mut_ptr().cast());
+                        }
+                    }
+                }
+                // the weights packed next (the next k-block of these rows, else the next rows'
+                // first), asked for a few lines a tile, one row after the other, so that the
+                // packing does not wait for memory (it took 16% of the time)
+                let (next_o, next_g0) = if g1 < gpr { (o, g1) } else { (o + LANE_ROWS, 0) };
+                let next = data.as_ptr().wrapping_add(next_o * row_bytes + row_bytes / gpr * next_g0);
+                let per_row = (row_bytes / gpr * kg.min(gpr.saturating_sub(next_g0))).div_ceil(64);
+                let lines = (per_row * LANE_ROWS).div_ceil((t1 - t0) / T);
+                let (mut r, mut line) = (0, 0);
+                for (t, slots) in (t0..t1).step_by(T).zip(&mut slots) {
+                    for _ in 0..lines {
+                        if next_o + r < rows {
+                            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(r * row_bytes + 64 * line).cast());
+                        }
+                        line += 1;
+                        if line == per_row {
+                            (r, line) = (r + 1, 0);
+                        }
+                    }
+                    let (pp, sp) = (packed.each_ref().map(|p| p.as_ptr().cast()), wsc.each_ref().map(|s| s.as_ptr().cast()));
+                    // SAFETY: packed and wsc hold the rows' groups g0..g1; tokens t..t+T exist
+                    // (the caller's contract); slots is the tile's own.
+                    unsafe {
+                        if q4 {
+                            a.tile_lanes_q4::<LANE_GROUPS, T>(pp, sp, t, g0..g1, slots.as_mut_ptr());
+                        } else {
+                            a.tile_lanes_q8::<LANE_GROUPS, T>(pp, sp, t, g0..g1, slots.as_mut_ptr());
+                        }
+                    }
+                    if g1 < gpr {
+                        continue;
+                    }
+                    // SAFETY: the tiles wrote accumulators 0..min(gpr, 16), which are all
+                    // lane_outputs reads.
+                    for ((y, v), &n) in unsafe { lane_outputs(slots.as_ptr(), gpr) }.into_iter().zip(0..).zip(&have) {
+                        if n == 0 {
+                            continue;
+                        }
+                        for (k, y) in y.into_iter().enumerate() {
+                            // SAFETY: AVX2 (this function's).
+                            unsafe { outs.lanes(t + k, o + 8 * v, n, y) };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A lane tile's float accumulators (`combine_groups`' 16, for each group of 8 rows and token).
 type LaneSlots<const RV: usize, const T: usize> = [[[__m256; T]; RV]; LANES];
 
@@ -2735,30 +2797,33 @@ unsafe fn lane_outputs<const RV: usize, const T: usize>(slots: *const LaneSlots<
 }
 
 impl Avx2Quant {
-    /// Rows o..o+8 of a q8 matrix in groups of 32 (`wrows`/`wsc`) as the lane tiles read them:
-    /// `packed[16g + j]` holds columns 32g + 2j, 32g + 2j + 1 of the 8 rows as int16 pairs (row
-    /// r in dword r), `scales[g]` the rows' scales of group g.
+    /// Groups `groups` of rows o..o+n (`rows`, n ≤ 8; zeros for the rest of 8) of a q8 matrix in groups of
+    /// 32 (`wrows`/`wsc`) as the lane tiles read them: `packed[16(g - g0) + j]` holds columns
+    /// 32g + 2j, 32g + 2j + 1 of the rows as int16 pairs (row r in dword r), `scales[g - g0]`
+    /// the rows' scales of group g.
     ///
     /// # Safety
-    /// Rows o..o+8 must exist (`cols` bytes and `gpr` scales each), `packed` must be writable
-    /// for `cols / 2` vectors and `scales` for `gpr`; AVX2.
+    /// Rows o..o+n must exist (`cols` bytes and `gpr` scales each), `packed` must be writable
+    /// for 16 vectors a group and `scales` for one; AVX2.
     #[inline(never)]
     #[target_feature(enable = "avx2")]
-    unsafe fn pack_lanes_q8(&self, wrows: *const u8, wsc: *const f32, o: usize, groups: core::ops::Range<usize>, packed: *mut __m256i, scales: *mut __m256) {
+    unsafe fn pack_lanes_q8(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, groups: core::ops::Range<usize>, packed: *mut __m256i, scales: *mut __m256) {
+        let (o, n) = (rows.start, rows.len());
         let Self { cols, gpr, .. } = *self;
         let g0 = groups.start;
         // SAFETY (every raw access): the caller's contract.
         unsafe {
             for g in groups {
                 let at = |r: usize| wrows.add((o + r) * cols + 32 * g);
-                let lo = transpose8x32(core::array::from_fn(|r| _mm256_cvtepi8_epi16(_mm_loadu_si128(at(r).cast()))));
-                let hi = transpose8x32(core::array::from_fn(|r| _mm256_cvtepi8_epi16(_mm_loadu_si128(at(r).add(16).cast()))));
+                let widen = |r: usize, k: usize| if r < n { _mm256_cvtepi8_epi16(_mm_loadu_si128(at(r).add(16 * k).cast())) } else { _mm256_setzero_si256() };
+                let lo = transpose8x32(core::array::from_fn(|r| widen(r, 0)));
+                let hi = transpose8x32(core::array::from_fn(|r| widen(r, 1)));
                 let dst = packed.add(16 * (g - g0));
                 for (j, (lo, hi)) in lo.into_iter().zip(hi).enumerate() {
                     dst.add(j).write(lo);
                     dst.add(8 + j).write(hi);
                 }
-                let s: [f32; 8] = core::array::from_fn(|r| *wsc.add((o + r) * gpr + g));
+                let s: [f32; 8] = core::array::from_fn(|r| if r < n { *wsc.add((o + r) * gpr + g) } else { 0.0 });
                 scales.add(g - g0).write(_mm256_loadu_ps(s.as_ptr()));
             }
         }
@@ -2774,7 +2839,7 @@ impl Avx2Quant {
     #[inline(never)]
     #[target_feature(enable = "avx2")]
     unsafe fn tile_lanes_q8<const RV: usize, const T: usize>(&self, packed: [*const __m256i; RV], scales: [*const __m256; RV], t: usize, groups: core::ops::Range<usize>, slots: *mut LaneSlots<RV, T>) {
-        let Self { gpr, x_stride, wide, xs, .. } = *self;
+        let Self { x_stride, wide, .. } = *self;
         let g0 = groups.start;
         for g in groups {
             // SAFETY (every raw access): the caller's contract. In Wide16 order, pair j of group
@@ -2799,21 +2864,118 @@ impl Avx2Quant {
                     w = w.map(|p| p.add(4));
                     x = x.map(|p| p.add(16));
                 }
-                // accumulator g mod 16 starts at +0.0 with group g < 16 (written, not read:
-                // the caller does not zero them)
-                let slot = slots.cast::<__m256>().add(RV * T * (g % LANES));
-                let fresh = g < LANES;
-                let sw = scales.map(|sc| sc.add(g - g0).read());
-                for (k, sk) in isum.into_iter().enumerate() {
-                    let sx = _mm256_broadcast_ss(&*xs.add((t + k) * gpr + g));
-                    for (v, (s, &sw)) in sk.into_iter().zip(&sw).enumerate() {
-                        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, sx));
-                        let a = slot.add(T * v + k);
-                        a.write(_mm256_add_ps(if fresh { _mm256_setzero_ps() } else { a.read() }, term));
-                    }
+                self.lane_terms(isum, scales.map(|sc| sc.add(g - g0).read()), t, g, slots);
+            }
+        }
+    }
+
+    /// A lane tile's float steps for group g: `isum[k][v]` (token t + k, the rows of vector v)
+    /// times the rows' scales `sw[v]` times the token's, added into accumulator g mod 16, which
+    /// starts at +0.0 with group g < 16 (written, not read: the caller does not zero them).
+    /// Always inlined into the AVX2 tiles (hence no target_feature, and unsafe).
+    ///
+    /// # Safety
+    /// `slots` must be writable (and, for g ≥ 16, accumulator g mod 16 written), token t + k's
+    /// scales in `xs`; AVX2.
+    #[inline(always)]
+    unsafe fn lane_terms<const RV: usize, const T: usize>(&self, isum: [[__m256i; RV]; T], sw: [__m256; RV], t: usize, g: usize, slots: *mut LaneSlots<RV, T>) {
+        let Self { gpr, xs, .. } = *self;
+        // SAFETY (every raw access): the caller's contract.
+        unsafe {
+            let slot = slots.cast::<__m256>().add(RV * T * (g % LANES));
+            let fresh = g < LANES;
+            for (k, sk) in isum.into_iter().enumerate() {
+                let sx = _mm256_broadcast_ss(&*xs.add((t + k) * gpr + g));
+                for (v, (s, &sw)) in sk.into_iter().zip(&sw).enumerate() {
+                    let term = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, sx));
+                    let a = slot.add(T * v + k);
+                    a.write(_mm256_add_ps(if fresh { _mm256_setzero_ps() } else { a.read() }, term));
                 }
             }
         }
+    }
 
+    /// [`Self::pack_lanes_q8`] for q4 (`cols / 2` bytes a row): `packed[8(g - g0) + j]` holds
+    /// values 32g + 4j..32g + 4j + 4 of the rows as bytes (the stored nibbles, q + 8), row r in
+    /// dword r.
+    ///
+    /// # Safety
+    /// As [`Self::pack_lanes_q8`], 8 vectors a group.
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pack_lanes_q4(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, groups: core::ops::Range<usize>, packed: *mut __m256i, scales: *mut __m256) {
+        let (o, n) = (rows.start, rows.len());
+        let Self { cols, gpr, .. } = *self;
+        let g0 = groups.start;
+        let low = _mm_set1_epi8(0x0F);
+        // SAFETY (every raw access): the caller's contract.
+        unsafe {
+            for g in groups {
+                // a row's 16 bytes as its 32 values in order: low nibble, high nibble, ...
+                let values = |r: usize| {
+                    if r >= n {
+                        return _mm256_setzero_si256();
+                    }
+                    let b = _mm_loadu_si128(wrows.add((o + r) * (cols / 2) + 16 * g).cast());
+                    let (lo, hi) = (_mm_and_si128(b, low), _mm_and_si128(_mm_srli_epi16::<4>(b), low));
+                    _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi))
+                };
+                let dst = packed.add(8 * (g - g0));
+                for (j, v) in transpose8x32(core::array::from_fn(values)).into_iter().enumerate() {
+                    dst.add(j).write(v);
+                }
+                let s: [f32; 8] = core::array::from_fn(|r| if r < n { *wsc.add((o + r) * gpr + g) } else { 0.0 });
+                scales.add(g - g0).write(_mm256_loadu_ps(s.as_ptr()));
+            }
+        }
+    }
+
+    /// [`Self::tile_lanes_q8`] for q4: a token's 4 values at a time broadcast to all lanes
+    /// against each row's 4 nibbles in `vpmaddubsw` (unsigned nibble × signed value, pairs of
+    /// products below 2 · 15 · 127 in magnitude), the 8 of a group added in int16 (below 2¹⁵:
+    /// exact), then `vpmaddwd` by ones gives each row's Σ (q + 8)·x in its lane, and 8 · Σx takes
+    /// the + 8 off: the exact group sum.
+    ///
+    /// # Safety
+    /// As [`Self::tile_lanes_q8`], with the tokens' values in `q` (natural order) and `sums`.
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn tile_lanes_q4<const RV: usize, const T: usize>(&self, packed: [*const __m256i; RV], scales: [*const __m256; RV], t: usize, groups: core::ops::Range<usize>, slots: *mut LaneSlots<RV, T>) {
+        let Self { cols, gpr, group, q, sums, .. } = *self;
+        let g0 = groups.start;
+        let ones = _mm256_set1_epi16(1);
+        for g in groups {
+            // SAFETY (every raw access): the caller's contract.
+            unsafe {
+                let mut w = packed.map(|p| p.add(8 * (g - g0)));
+                let mut x: [*const i8; T] = core::array::from_fn(|k| q.add((t + k) * cols + 32 * g));
+                // [token][row group], int16
+                let mut acc = [[_mm256_setzero_si256(); RV]; T];
+                // runs of 2 quads, 4 for a group of 32 (a count LLVM does not see, so it keeps the
+                // loop: unrolled, it took the tokens one after the other, with all 16 weight
+                // vectors live and spilled: 52 -> 33 G MAC/s)
+                for _ in 0..group / 8 {
+                    for j in 0..2 {
+                        let wv = w.map(|p| _mm256_load_si256(p.add(j)));
+                        for (ak, &x) in acc.iter_mut().zip(&x) {
+                            // the token's 4 values as one dword in every lane (a broadcast load)
+                            let xb = _mm256_castps_si256(_mm256_broadcast_ss(&*x.add(4 * j).cast::<f32>()));
+                            for (a, &wv) in ak.iter_mut().zip(&wv) {
+                                *a = _mm256_add_epi16(*a, _mm256_maddubs_epi16(wv, xb));
+                            }
+                        }
+                    }
+                    w = w.map(|p| p.add(2));
+                    x = x.map(|p| p.add(8));
+                }
+                // each row's Σ (q + 8)·x in its lane, less 8 · Σx of the token's group
+                let mut isum = [[_mm256_setzero_si256(); RV]; T];
+                for (k, (s, a)) in isum.iter_mut().zip(acc).enumerate() {
+                    let offset = _mm256_set1_epi32(8 * *sums.add((t + k) * gpr + g));
+                    *s = a.map(|a| _mm256_sub_epi32(_mm256_madd_epi16(a, ones), offset));
+                }
+                self.lane_terms(isum, scales.map(|sc| sc.add(g - g0).read()), t, g, slots);
+            }
+        }
     }
 }
