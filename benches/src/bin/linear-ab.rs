@@ -20,6 +20,12 @@ use runtime::model::{Matrix, MatrixData};
 use std::time::Instant;
 
 fn main() {
+    // `linear-ab … | head -1` ends quietly (as `host` does) instead of a panic in println!
+    #[cfg(unix)]
+    // SAFETY: before any other thread exists; SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: linear-ab ROWS COLS TOKENS CALLS DTYPE[:SCRATCH] DTYPE[:SCRATCH]";
     if args.iter().any(|a| a == "--help" || a == "-h") {
