@@ -2659,8 +2659,11 @@ const LANE_TOKENS: usize = 4;
 /// Groups of 32 columns per k-block of a lane tile: the k-block of its rows is packed on the stack
 /// (LANE_ROWS × 64 bytes a group) and read from L1.
 const LANE_KGROUPS: usize = 16;
-/// Tokens per block of activations (their int16 values stay in L2) in the lane tiles.
-const LANE_BLOCK_TOKENS: usize = 128;
+/// Tokens per block of activations (their int16 values stay in L2) in the lane tiles. Their
+/// float accumulators take 4 KiB of stack a tile of 4 tokens, 64 KiB for the block (with the
+/// packed rows, about 81 KiB in all); 128 tokens were no faster (`linear-ab`, 2304 × 768 and
+/// 768 × 768, q8 and q4) at twice the stack.
+const LANE_BLOCK_TOKENS: usize = 64;
 
 /// Rows in lanes 0–7 of eight vectors of 8 dwords transposed: vector j of the result holds dword
 /// j of every input, input r in lane r.
