@@ -681,8 +681,8 @@ impl Outputs<'_> {
     /// The bias and the outputs are read with masked loads, but the n lanes are stored as 4 + 2 +
     /// 1 (no masked store: on Zen 3 `vmaskmovps` to memory is microcoded and cost this kernel 4%
     /// of its time), and the fallback is out of line so that this is small enough to inline into
-    /// the tile. Always inlined (which `#[target_feature]`
-    /// does not allow, hence no attribute and the unsafe): LLVM left it a call, 2-4% of the time.
+    /// the tile. Always inlined (which `#[target_feature]` does not allow, hence no attribute and
+    /// the unsafe): LLVM left it a call, 2-4% of the time.
     ///
     /// # Safety
     /// AVX2 (the intrinsics inline into the AVX2 caller).
@@ -2696,13 +2696,14 @@ unsafe fn lane_tiles<const T: usize>(a: &Avx2Quant, q4: bool, data: &[u8], scale
     let Avx2Quant { cols, gpr, .. } = *a;
     let rows = outs.rows;
     let row_bytes = if q4 { cols / 2 } else { cols };
-    // (not zeroed: 160 KiB a call, a memset of 3% of the time; every entry is written before it
-    // is read: packed and wsc by the packing, a tile's accumulators at its first k-block)
+    // (not zeroed: about 81 KiB a call, a memset of 3% of the time; every entry is written
+    // before it is read: packed and wsc by the packing, a tile's accumulators at its first
+    // k-block)
     let mut packed = [[MaybeUninit::<__m256i>::uninit(); 16 * LANE_KGROUPS]; LANE_GROUPS];
     let mut wsc = [[MaybeUninit::<__m256>::uninit(); LANE_KGROUPS]; LANE_GROUPS];
     let mut slots = [MaybeUninit::<LaneSlots<LANE_GROUPS, T>>::uninit(); LANE_BLOCK_TOKENS / LANE_TOKENS];
-    // a block of tokens' activations stays in L2 (≤ 256 KiB of int16 values), at most one tile
-    // for each entry of slots
+    // a block of tokens' activations stays in L2 (≤ 256 KiB of q8's int16 values; q4's bytes take
+    // half), at most one tile for each entry of slots
     let block_tokens = (256 * 1024 / (2 * cols)).clamp(T, LANE_BLOCK_TOKENS).min(T * slots.len()) / T * T;
     let nk = gpr.div_ceil(LANE_KGROUPS);
     let kg = gpr.div_ceil(nk); // groups per k-block, balanced
@@ -2714,14 +2715,21 @@ unsafe fn lane_tiles<const T: usize>(a: &Avx2Quant, q4: bool, data: &[u8], scale
             for g0 in (0..gpr).step_by(kg) {
                 let g1 = (g0 + kg).min(gpr);
                 for (((p, s), v), &n) in packed.iter_mut().zip(&mut wsc).zip(0..).zip(&have) {
-                    // SAFETY: the n rows from o + 8v exist (the caller's contract); p holds
-                    // per_group · kg vectors, s kg.
+                    let rows = o + 8 * v..o + 8 * v + n;
+                    // SAFETY: the n rows from o + 8v exist (the caller's contract); p holds 16 · kg
+                    // vectors (q4: 8 · kg).
                     unsafe {
                         if q4 {
-                            a.pack_lanes_q4(data.as_ptr(), scales.as_ptr(), o + 8 * v..o + 8 * v + n, g0..g1, p.as_mut_ptr().cast(), s.as_mut_ptr().cast());
+                            a.pack_lanes_q4(data.as_ptr(), rows.clone(), g0..g1, p.as_mut_ptr().cast());
                         } else {
-                            a.pack_lanes_q8(data.as_ptr(), scales.as_ptr(), o + 8 * v..o + 8 * v + n, g0..g1, p.as_mut_ptr().cast(), s.as_mut_ptr().cast());
+                            a.pack_lanes_q8(data.as_ptr(), rows.clone(), g0..g1, p.as_mut_ptr().cast());
                         }
+                    }
+                    // each group's scales of the 8 rows (+0.0 for the rows past the last)
+                    for (s, g) in s.iter_mut().zip(g0..g1) {
+                        let w: [f32; 8] = core::array::from_fn(|r| if r < n { scales.get((rows.start + r) * gpr + g).copied().unwrap_or(0.0) } else { 0.0 });
+                        // SAFETY: w is 8 floats.
+                        s.write(unsafe { _mm256_loadu_ps(w.as_ptr()) });
                     }
                 }
                 // the weights packed next (the next k-block of these rows, else the next rows'
@@ -2800,19 +2808,19 @@ unsafe fn lane_outputs<const RV: usize, const T: usize>(slots: *const LaneSlots<
 }
 
 impl Avx2Quant {
-    /// Groups `groups` of rows o..o+n (`rows`, n ≤ 8; zeros for the rest of 8) of a q8 matrix in groups of
-    /// 32 (`wrows`/`wsc`) as the lane tiles read them: `packed[16(g - g0) + j]` holds columns
-    /// 32g + 2j, 32g + 2j + 1 of the rows as int16 pairs (row r in dword r), `scales[g - g0]`
-    /// the rows' scales of group g.
+    /// Groups `groups` of rows o..o+n (`rows`, n ≤ 8; zeros for the rest of 8) of a q8 matrix in
+    /// groups of 32 (`wrows`) as the lane tiles read them: `packed[16(g - g0) + j]` holds columns
+    /// 32g + 2j, 32g + 2j + 1 of the rows as int16 pairs (row r in dword r). (Their scales are
+    /// packed by [`lane_tiles`].)
     ///
     /// # Safety
-    /// Rows o..o+n must exist (`cols` bytes and `gpr` scales each), `packed` must be writable
-    /// for 16 vectors a group and `scales` for one; AVX2.
+    /// Rows o..o+n must exist (`cols` bytes each), `packed` must be writable for 16 vectors a
+    /// group; AVX2.
     #[inline(never)]
     #[target_feature(enable = "avx2")]
-    unsafe fn pack_lanes_q8(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, groups: core::ops::Range<usize>, packed: *mut __m256i, scales: *mut __m256) {
+    unsafe fn pack_lanes_q8(&self, wrows: *const u8, rows: core::ops::Range<usize>, groups: core::ops::Range<usize>, packed: *mut __m256i) {
         let (o, n) = (rows.start, rows.len());
-        let Self { cols, gpr, .. } = *self;
+        let Self { cols, .. } = *self;
         let g0 = groups.start;
         // SAFETY (every raw access): the caller's contract.
         unsafe {
@@ -2826,19 +2834,19 @@ impl Avx2Quant {
                     dst.add(j).write(lo);
                     dst.add(8 + j).write(hi);
                 }
-                let s: [f32; 8] = core::array::from_fn(|r| if r < n { *wsc.add((o + r) * gpr + g) } else { 0.0 });
-                scales.add(g - g0).write(_mm256_loadu_ps(s.as_ptr()));
             }
         }
     }
 
-    /// The outputs of `RV` groups of 8 packed rows ([`Self::pack_lanes_q8`], group v at
-    /// `packed[v]`, `scales[v]`) for tokens t..t+T: `[v][k]` holds token t + k's, row 8v + r of
-    /// the tile in lane r, each [`super::dot_q8`]'s bits.
+    /// Groups `groups` of `RV` vectors of 8 packed rows ([`Self::pack_lanes_q8`], vector v at
+    /// `packed[v]`, its scales at `scales[v]`, from group g0 on) against tokens t..t+T, each
+    /// group's terms added into the tile's accumulators `slots` ([`Self::lane_terms`]); after the
+    /// last group, [`lane_outputs`] gives each output [`super::dot_q8`]'s bits.
     ///
     /// # Safety
-    /// Each `packed[v]` and `scales[v]` must hold its rows' `gpr` groups, and tokens t..t+T must
-    /// exist in `wide` (groups of 32, [`QuantOrder::Wide16`]) and `xs`; AVX2.
+    /// Each `packed[v]` and `scales[v]` must hold its rows' groups `groups`, and tokens t..t+T
+    /// must exist in `wide` (groups of 32, [`QuantOrder::Wide16`]) and `xs`; `slots` must be
+    /// writable (and written for the accumulators a group ≥ 16 adds to); AVX2.
     #[inline(never)]
     #[target_feature(enable = "avx2")]
     unsafe fn tile_lanes_q8<const RV: usize, const T: usize>(&self, packed: [*const __m256i; RV], scales: [*const __m256; RV], t: usize, groups: core::ops::Range<usize>, slots: *mut LaneSlots<RV, T>) {
@@ -2906,9 +2914,9 @@ impl Avx2Quant {
     /// As [`Self::pack_lanes_q8`], 8 vectors a group.
     #[inline(never)]
     #[target_feature(enable = "avx2")]
-    unsafe fn pack_lanes_q4(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, groups: core::ops::Range<usize>, packed: *mut __m256i, scales: *mut __m256) {
+    unsafe fn pack_lanes_q4(&self, wrows: *const u8, rows: core::ops::Range<usize>, groups: core::ops::Range<usize>, packed: *mut __m256i) {
         let (o, n) = (rows.start, rows.len());
-        let Self { cols, gpr, .. } = *self;
+        let Self { cols, .. } = *self;
         let g0 = groups.start;
         let low = _mm_set1_epi8(0x0F);
         // SAFETY (every raw access): the caller's contract.
@@ -2927,8 +2935,6 @@ impl Avx2Quant {
                 for (j, v) in transpose8x32(core::array::from_fn(values)).into_iter().enumerate() {
                     dst.add(j).write(v);
                 }
-                let s: [f32; 8] = core::array::from_fn(|r| if r < n { *wsc.add((o + r) * gpr + g) } else { 0.0 });
-                scales.add(g - g0).write(_mm256_loadu_ps(s.as_ptr()));
             }
         }
     }
