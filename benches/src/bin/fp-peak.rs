@@ -13,7 +13,10 @@
 //! Twelve independent chains (enough to cover either instruction's latency), each iteration 12
 //! multiply-accumulates of 8 lanes; best of 5 runs of 10^8 iterations. Then the same for the
 //! AVX2 prefill tile's own instructions (6 rows × 2 tokens, its loads from L1 included), both
-//! ways: the ceiling that tile's loop can reach on this CPU.
+//! ways: the ceiling that tile's loop can reach on this CPU. Last, the tile with each weight
+//! load folded into its two multiplies (`vmulps ymm, ymm, [mem]`: 26 instructions instead of
+//! 32, but 14 loads instead of 8): whether fewer instructions at more loads would pay (on Zen 3,
+//! two 256-bit loads a cycle, it does not).
 
 #[cfg(target_arch = "x86_64")]
 fn main() {
@@ -41,6 +44,8 @@ fn main() {
     println!("the AVX2 prefill tile's instructions (6 rows x 2 tokens: 8 loads from L1, 12 multiplies, 12 adds):");
     println!("  multiply then add: {:5.1} G MAC/s ({:.0}% of the register-only rate)", macs / tile / 1e9, 100.0 * mul_add / tile);
     println!("  the same with FMA: {:5.1} G MAC/s ({:.0}% of FMA's register-only rate)", macs / tile_fma / 1e9, 100.0 * fma / tile_fma);
+    let folded = best(mul_add_tile_folded);
+    println!("  weights folded into the multiplies (14 loads): {:5.1} G MAC/s", macs / folded / 1e9);
 }
 
 /// An `unsafe fn NAME(iters)` running the loop body `BODY` `iters` times: ymm0–11 are the
@@ -140,6 +145,19 @@ chains!(
     "vmovups ymm14, [{p} + 160]", "vfmadd231ps ymm6, ymm14, ymm12", "vfmadd231ps ymm7, ymm14, ymm13",
     "vmovups ymm14, [{p} + 192]", "vfmadd231ps ymm8, ymm14, ymm12", "vfmadd231ps ymm9, ymm14, ymm13",
     "vmovups ymm14, [{p} + 224]", "vfmadd231ps ymm10, ymm14, ymm12", "vfmadd231ps ymm11, ymm14, ymm13",
+);
+
+#[cfg(target_arch = "x86_64")]
+chains!(
+    /// The tile with each weight load folded into its multiplies (loaded once per token).
+    mul_add_tile_folded, "avx2",
+    "vmovups ymm12, [{p}]", "vmovups ymm13, [{p} + 32]",
+    "vmulps ymm14, ymm12, [{p} + 64]", "vaddps ymm0, ymm0, ymm14", "vmulps ymm15, ymm13, [{p} + 64]", "vaddps ymm1, ymm1, ymm15",
+    "vmulps ymm14, ymm12, [{p} + 96]", "vaddps ymm2, ymm2, ymm14", "vmulps ymm15, ymm13, [{p} + 96]", "vaddps ymm3, ymm3, ymm15",
+    "vmulps ymm14, ymm12, [{p} + 128]", "vaddps ymm4, ymm4, ymm14", "vmulps ymm15, ymm13, [{p} + 128]", "vaddps ymm5, ymm5, ymm15",
+    "vmulps ymm14, ymm12, [{p} + 160]", "vaddps ymm6, ymm6, ymm14", "vmulps ymm15, ymm13, [{p} + 160]", "vaddps ymm7, ymm7, ymm15",
+    "vmulps ymm14, ymm12, [{p} + 192]", "vaddps ymm8, ymm8, ymm14", "vmulps ymm15, ymm13, [{p} + 192]", "vaddps ymm9, ymm9, ymm15",
+    "vmulps ymm14, ymm12, [{p} + 224]", "vaddps ymm10, ymm10, ymm14", "vmulps ymm15, ymm13, [{p} + 224]", "vaddps ymm11, ymm11, ymm15",
 );
 
 #[cfg(not(target_arch = "x86_64"))]
