@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Build the GPT-2 and GPT-Neo parity fixtures under tests/fixtures/<case>/.
+"""Build the GPT-2, GPT-Neo and Llama parity fixtures under tests/fixtures/<case>/.
 
-Every fixture is a small, randomly initialised GPT-2 (GPT2LMHeadModel) or GPT-Neo
-(GPTNeoForCausalLM) checkpoint in Hugging Face layout plus reference outputs
-computed with Hugging Face transformers:
+Every fixture is a small, randomly initialised GPT-2 (GPT2LMHeadModel), GPT-Neo
+(GPTNeoForCausalLM) or Llama (LlamaForCausalLM) checkpoint in Hugging Face layout plus
+reference outputs computed with Hugging Face transformers:
 
     tests/fixtures/<case>/config.json
     tests/fixtures/<case>/model.safetensors
@@ -42,7 +42,8 @@ import safetensors
 import safetensors.torch
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM,
+                          LlamaConfig, LlamaForCausalLM)
 from transformers.activations import ACT2FN
 
 PROMPT_LEN = 5
@@ -154,7 +155,68 @@ CASES = [
             activation_function="gelu_new", initializer_range=0.3, tie_word_embeddings=False,
         ),
     },
+    # Llama: RMSNorm, RoPE (rotate-half pairing), a gated SiLU MLP, grouped-query attention.
+    # Every sequence is longer than a head's rotation period at the fast frequencies.
+    {
+        # grouped-query attention (8 query heads on 2 key/value heads), a SentencePiece
+        # tokenizer trained here (byte fallback, see LLAMA_TOKENIZER), untied head (Llama's default)
+        "case": "llama_gqa",
+        "arch": "llama",
+        "seed": 10073,
+        "dtype": "float32",
+        "layout": "hf",
+        "tokenizer": True,
+        "config": dict(
+            num_hidden_layers=3, hidden_size=64, num_attention_heads=8, num_key_value_heads=2,
+            intermediate_size=112, vocab_size=512, max_position_embeddings=48,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rms_norm_eps=1e-5,
+            initializer_range=0.3,
+        ),
+    },
+    {
+        # stored as bf16, untied head, an explicit head_dim (q and the attention output are
+        # 4 · 16 = 64 wide in a 48-wide model), 2 key/value heads, RoPE θ 500000 (Llama 3's)
+        "case": "llama_bf16_untied",
+        "arch": "llama",
+        "seed": 11092,
+        "dtype": "bfloat16",
+        "layout": "hf",
+        "config": dict(
+            num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            intermediate_size=80, vocab_size=200, max_position_embeddings=40,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rms_norm_eps=1e-6,
+            initializer_range=0.3, tie_word_embeddings=False,
+        ),
+    },
+    {
+        # multi-query attention (one key/value head), attention and MLP biases, a tied head,
+        # RoPE θ 1000, stored as f16
+        "case": "llama_mqa_bias",
+        "arch": "llama",
+        "seed": 12041,
+        "dtype": "float16",
+        "layout": "hf",
+        "config": dict(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=1,
+            intermediate_size=72, vocab_size=150, max_position_embeddings=40,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000.0}, rms_norm_eps=1e-5,
+            attention_bias=True, mlp_bias=True, initializer_range=0.3, tie_word_embeddings=True,
+        ),
+    },
 ]
+
+# The SentencePiece model trained for the Llama cases with "tokenizer": True: BPE with byte
+# fallback, trained with the `sentencepiece` package on the repository's own text, as Llama 2's
+# tokenizer is configured (identity normalisation, runs of spaces kept, a dummy-prefix space,
+# digits split). Its vocabulary size is the case's vocab_size.
+LLAMA_TOKENIZER = dict(
+    model_type="bpe", byte_fallback=True, split_digits=True, normalization_rule_name="identity",
+    remove_extra_whitespaces=False, add_dummy_prefix=True, allow_whitespace_only_pieces=True,
+    character_coverage=0.9995, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+)
+# trainer settings that do not change the model
+LLAMA_TOKENIZER_QUIET = dict(num_threads=1, minloglevel=2)
+LLAMA_TOKENIZER_TEXT = Path(__file__).resolve().parent.parent / "models" / "stories" / "stories.txt"
 
 # Per-stage references for `host trace` (tests/tests/trace_parity.rs): transformers'
 # output_hidden_states and output_attentions (eager attention) over the greedy sequence of a
@@ -170,6 +232,8 @@ TRACES = {
     "neo_alternating": 19,  # T = 24, window 8: global/local alternating, each ring wraps twice
     "neo_local_fp16": 12,  # T = 17, window 5: every layer local
     "neo_hub_layout": 20,  # T = 25, window 16: global, local, local in the hub's key layout
+    "llama_gqa": 10,  # grouped-query attention, RoPE
+    "llama_bf16_untied": 9,  # head_dim ≠ hidden_size / heads
 }
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -190,16 +254,54 @@ def is_neo(spec):
     return spec.get("arch") == "gpt_neo"
 
 
+def is_llama(spec):
+    return spec.get("arch") == "llama"
+
+
 def model_class(spec):
+    if is_llama(spec):
+        return LlamaForCausalLM
     return GPTNeoForCausalLM if is_neo(spec) else GPT2LMHeadModel
 
 
 def n_positions(config):
-    return config.max_position_embeddings if config.model_type == "gpt_neo" else config.n_positions
+    return config.n_positions if config.model_type == "gpt2" else config.max_position_embeddings
+
+
+def f32_rope(model):
+    """A Llama model cast to f16/bf16 and back has its RoPE frequencies (a buffer) rounded too;
+    the f32 model transformers loads from the checkpoint computes them in f32. Recompute them."""
+    if model.config.model_type == "llama":
+        model.model.rotary_emb = type(model.model.rotary_emb)(model.config)
+    return model
+
+
+def build_llama_model(spec):
+    """Random Llama in float32, eval mode, with every parameter non-trivial: RMSNorm gains
+    around 1 and biases (where the config has them) perturbed, so a runtime that ignores one
+    fails."""
+    cfg = dict(spec["config"])
+    cfg.update(attention_dropout=0.0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(spec["seed"])
+    config = LlamaConfig(**cfg)
+    config._attn_implementation = ATTN_IMPL
+    model = LlamaForCausalLM(config)
+    g = torch.Generator().manual_seed(spec["seed"] + 1)
+    r = cfg["initializer_range"]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * r * torch.randn(p.shape, generator=g))
+    model.eval()
+    return model
 
 
 def build_model(spec):
-    """Random GPT-2 / GPT-Neo in float32, eval mode, with every parameter non-trivial."""
+    """Random GPT-2 / GPT-Neo / Llama in float32, eval mode, with every parameter non-trivial."""
+    if is_llama(spec):
+        return build_llama_model(spec)
     cfg = dict(spec["config"])
     v = cfg["vocab_size"]
     # the default 50256 is outside these tiny vocabularies
@@ -273,6 +375,8 @@ def sensitivity(model, ids, logits):
     """
     if model.config.model_type == "gpt_neo":
         return neo_sensitivity(model, ids, logits)
+    if model.config.model_type == "llama":
+        return llama_sensitivity(model, ids, logits)
     out = {}
     cfg = model.config
     alt = CONFUSABLE_ACT[cfg.activation_function]
@@ -343,10 +447,145 @@ def neo_sensitivity(model, ids, logits):
         m.lm_head.weight = m.transformer.wte.weight
         out["lm_head=wte"] = max_abs(forward_logits(m, ids), logits)
     return out
+def llama_sensitivity(model, ids, logits):
+    """Llama's plausible mistakes: llama2.c's interleaved RoPE pairs instead of rotate-half,
+    another θ, query heads mapped to key/value heads round-robin (h % H_kv) instead of in
+    groups (h / (H / H_kv)), gate and up swapped, GELU for SiLU, LayerNorm-style centring in
+    RMSNorm, a dropped bias, the head tied to the embedding when it is not."""
+    out = {}
+    cfg = model.config
+    H, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    group = H // Hkv
+
+    def run(edit):
+        m = copy.deepcopy(model)
+        with torch.no_grad():
+            edit(m)
+        return max_abs(forward_logits(m, ids), logits)
+
+    def interleave(w, heads):
+        # rows of each head from [x0..x_{D/2-1} | x_{D/2}..] to pairs (x0, x_{D/2}), ...: the
+        # rotate-half product then rotates what an interleaved implementation would
+        shape = w.shape
+        w = w.view(heads, 2, D // 2, *shape[1:]).transpose(1, 2).reshape(shape)
+        return w
+
+    def rope_interleaved(m):
+        for blk in m.model.layers:
+            a = blk.self_attn
+            a.q_proj.weight.copy_(interleave(a.q_proj.weight, H))
+            a.k_proj.weight.copy_(interleave(a.k_proj.weight, Hkv))
+            if a.q_proj.bias is not None:
+                a.q_proj.bias.copy_(interleave(a.q_proj.bias, H))
+                a.k_proj.bias.copy_(interleave(a.k_proj.bias, Hkv))
+    out["rope=interleaved"] = run(rope_interleaved)
+
+    theta = cfg.rope_parameters["rope_theta"]
+    other = 10000.0 if theta != 10000.0 else 500000.0
+    m = copy.deepcopy(model)
+    m.config.rope_parameters = dict(cfg.rope_parameters, rope_theta=other)
+    m.model.rotary_emb = type(m.model.rotary_emb)(m.config)
+    out[f"rope_theta={other:g}"] = max_abs(forward_logits(m, ids), logits)
+
+    if 1 < Hkv < H:
+        # query head h' reads key/value head h' % Hkv: the same as permuting the query heads
+        perm = [h for kv in range(Hkv) for h in range(kv, H, Hkv)]
+        order = torch.tensor([hp * D + i for hp in [perm.index(h) for h in range(H)] for i in range(D)])
+        inverse = torch.argsort(order)
+
+        def round_robin(m):
+            for blk in m.model.layers:
+                a = blk.self_attn
+                a.q_proj.weight.copy_(a.q_proj.weight[inverse])
+                if a.q_proj.bias is not None:
+                    a.q_proj.bias.copy_(a.q_proj.bias[inverse])
+                a.o_proj.weight.copy_(a.o_proj.weight[:, inverse])
+        out["kv_head=h%n_kv_head"] = run(round_robin)
+
+    def swap_gate_up(m):
+        for blk in m.model.layers:
+            g, u = blk.mlp.gate_proj.weight.clone(), blk.mlp.up_proj.weight.clone()
+            blk.mlp.gate_proj.weight.copy_(u)
+            blk.mlp.up_proj.weight.copy_(g)
+    out["gate<->up"] = run(swap_gate_up)
+
+    m = copy.deepcopy(model)
+    for blk in m.model.layers:
+        blk.mlp.act_fn = ACT2FN["gelu"]
+    out["activation=gelu"] = max_abs(forward_logits(m, ids), logits)
+
+    class Centred(torch.nn.Module):
+        def __init__(self, norm):
+            super().__init__()
+            self.norm = norm
+
+        def forward(self, x):
+            return self.norm(x - x.mean(-1, keepdim=True))
+    m = copy.deepcopy(model)
+    for blk in m.model.layers:
+        blk.input_layernorm = Centred(blk.input_layernorm)
+    out["rms_norm=centred"] = max_abs(forward_logits(m, ids), logits)
+
+    if cfg.attention_bias:
+        out["o_proj.bias=0"] = run(lambda m: [blk.self_attn.o_proj.bias.zero_() for blk in m.model.layers])
+    if cfg.mlp_bias:
+        out["down_proj.bias=0"] = run(lambda m: [blk.mlp.down_proj.bias.zero_() for blk in m.model.layers])
+    if not cfg.tie_word_embeddings:
+        m = copy.deepcopy(model)
+        m.lm_head.weight = m.model.embed_tokens.weight
+        out["lm_head=wte"] = max_abs(forward_logits(m, ids), logits)
+    return out
+
+
+def llama_summary(config, spec):
+    return {
+        "model_type": config.model_type,
+        "num_hidden_layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "head_dim": config.head_dim,
+        "intermediate_size": config.intermediate_size,
+        "vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_position_embeddings,
+        "rope_parameters": config.rope_parameters,
+        "rms_norm_eps": config.rms_norm_eps,
+        "attention_bias": config.attention_bias,
+        "mlp_bias": config.mlp_bias,
+        "hidden_act": config.hidden_act,
+        "initializer_range": config.initializer_range,
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "storage_dtype": spec["dtype"],
+        "key_layout": spec["layout"],
+    }
+
+
+def train_llama_tokenizer(out, vocab_size):
+    """Trains the SentencePiece model LLAMA_TOKENIZER describes into `out`: tokenizer.model and
+    the tokenizer_config.json transformers' LlamaTokenizer needs. Returns a few encodings (ids
+    without BOS, as `sp.encode` gives them) for the reference."""
+    import io
+    import sentencepiece as spm
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(LLAMA_TOKENIZER_TEXT.read_text(encoding="utf-8").splitlines()),
+        model_writer=model, vocab_size=vocab_size, **LLAMA_TOKENIZER, **LLAMA_TOKENIZER_QUIET)
+    (out / "tokenizer.model").write_bytes(model.getvalue())
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": True,
+        "model_max_length": 1 << 20, "clean_up_tokenization_spaces": False,
+    }, indent=2) + "\n")
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    assert sp.vocab_size() == vocab_size
+    texts = ["Once upon a time, there was a little girl.", "  two  spaces, 1234 digits", "café — 안녕 🙂"]
+    return {t: sp.encode(t) for t in texts}
+
+
 def record_trace(out, ids):
     """hidden_states [n_layer+1, T, C] and attentions [n_layer, n_head, T, T] of `ids`, from the
     checkpoint in `out` as transformers loads it (eager attention, float32), saved beside it."""
-    model = AutoModelForCausalLM.from_pretrained(out, attn_implementation=ATTN_IMPL).float().eval()
+    model = f32_rope(AutoModelForCausalLM.from_pretrained(out, attn_implementation=ATTN_IMPL).float().eval())
     with torch.no_grad():
         o = model(input_ids=torch.tensor([ids]), use_cache=False, output_hidden_states=True, output_attentions=True)
     hidden = torch.stack(o.hidden_states)[:, 0].float().numpy()
@@ -525,7 +764,7 @@ def make_case(spec, out_root):
         stored = model.to(dtype) if dtype != torch.float32 else model
         stored.save_pretrained(out)
         # the f32 model the runtime will see: f16/bf16-rounded weights, computed in f32
-        model = stored.float() if dtype != torch.float32 else stored
+        model = f32_rope(stored.float()) if dtype != torch.float32 else stored
         config = model.config
     for f in out.iterdir():
         os.chmod(f, 0o644)  # save_pretrained writes model.safetensors as 0600
@@ -541,7 +780,7 @@ def make_case(spec, out_root):
     checks = {}
     reloaded = model_class(spec).from_pretrained(out, attn_implementation=ATTN_IMPL).eval()
     checks["reloaded_dtype"] = str(reloaded.dtype).replace("torch.", "")
-    reloaded = reloaded.float()
+    reloaded = f32_rope(reloaded.float())
     checks["reload_max_abs_diff"] = max_abs(forward_logits(reloaded, input_ids), logits)
     checks["reload_greedy_equal"] = greedy(reloaded, prompt, n_new)[0] == new_ids
     if spec["layout"] != "hub":
@@ -558,15 +797,16 @@ def make_case(spec, out_root):
         sd = reloaded.state_dict()
         for k, t in model.state_dict().items():
             assert torch.equal(sd[k], t), k
+    embeddings = reloaded.get_input_embeddings().weight
     if not config.tie_word_embeddings:
-        lm, wte = reloaded.lm_head.weight, reloaded.transformer.wte.weight
-        assert lm.data_ptr() != wte.data_ptr() and not torch.equal(lm, wte)
-        checks["lm_head_vs_wte_max_abs"] = max_abs(lm, wte)
+        lm = reloaded.lm_head.weight
+        assert lm.data_ptr() != embeddings.data_ptr() and not torch.equal(lm, embeddings)
+        checks["lm_head_vs_wte_max_abs"] = max_abs(lm, embeddings)
     else:
-        assert reloaded.lm_head.weight.data_ptr() == reloaded.transformer.wte.weight.data_ptr()
+        assert reloaded.lm_head.weight.data_ptr() == embeddings.data_ptr()
     checks["kv_cache_greedy_equal"] = greedy_cached(model, prompt, n_new) == new_ids
     if not is_neo(spec):  # GPT-Neo has no sdpa attention in transformers
-        sdpa = GPT2LMHeadModel.from_pretrained(out, attn_implementation="sdpa").float().eval()
+        sdpa = f32_rope(model_class(spec).from_pretrained(out, attn_implementation="sdpa").float().eval())
         checks["sdpa_vs_eager_max_abs_diff"] = max_abs(forward_logits(sdpa, input_ids), logits)
     sens = sensitivity(model, input_ids, logits)
     assert min(sens.values()) > 1e-3, (name, sens)
@@ -592,7 +832,7 @@ def make_case(spec, out_root):
             "min_margin": min_margin,
             "margins": margins,
         },
-        "config_summary": neo_summary(config, spec) if is_neo(spec) else gpt2_summary(config, spec),
+        "config_summary": (llama_summary if is_llama(spec) else neo_summary if is_neo(spec) else gpt2_summary)(config, spec),
         "logits": {
             "file": "logits.npy",
             "shape": [T, V],
@@ -603,6 +843,11 @@ def make_case(spec, out_root):
     }
     if name in TRACES:
         ref["trace"] = record_trace(out, prompt + new_ids[: TRACES[name]])
+    if spec.get("tokenizer"):
+        ref["tokenizer"] = {"model": "tokenizer.model", "trained_with": LLAMA_TOKENIZER,
+                            "text": "models/stories/stories.txt", "sp_encode": train_llama_tokenizer(out, V)}
+        for f in out.iterdir():
+            os.chmod(f, 0o644)
     (out / "reference.json").write_text(dump_json(ref))
     os.chmod(out / "reference.json", 0o644)
 

@@ -1,10 +1,12 @@
-//! `host-tools convert`: a Hugging Face GPT-2 or GPT-Neo checkpoint -> blob.
+//! `host-tools convert`: a Hugging Face GPT-2, GPT-Neo or Llama checkpoint -> blob.
 //!
 //! All layout decisions live here, not in the runtime: keys with or without `transformer.`,
 //! legacy `attn.bias` / `attn.masked_bias` buffers dropped, F16/BF16 widened, GPT-2's Conv1D
 //! `[in, out]` weights transposed to `[out, in]`, GPT-Neo's `nn.Linear` `[out, in]` weights
 //! taken as they are, with its three bias-free `q_proj`, `k_proj`, `v_proj` stacked into the
-//! rows of one `attn.c_attn` (q | k | v, as GPT-2's) and `out_proj` as `attn.c_proj`, an untied
+//! rows of one `attn.c_attn` (q | k | v, as GPT-2's) and `out_proj` as `attn.c_proj`; Llama's
+//! `nn.Linear` weights likewise, with `q_proj | k_proj | v_proj` stacked (k and v have
+//! `num_key_value_heads` heads) and `gate_proj | up_proj` stacked into `mlp.c_fc`; an untied
 //! `lm_head.weight` kept only when the config says the head is not tied, `wpe` cut to `--ctx`
 //! rows, and with `--keep-vocab` only the kept tokens' rows of `wte` / `lm_head` and a pruned
 //! tokenizer ([`crate::prune`]).
@@ -14,7 +16,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use runtime::blob::{DType, Provenance, Role, LAYER_ROLES};
+use runtime::blob::{DType, Provenance, Role, GLOBAL_ROLES, LAYER_ROLES};
 use runtime::config::Arch;
 
 use crate::blob_writer::{f16_bytes, f32_bytes, write_blob, BlobContents, TensorData};
@@ -150,42 +152,85 @@ impl Pruned {
     }
 }
 
-/// Where a blob tensor comes from in the checkpoint: the key suffixes (after `transformer.` and
-/// `h.{layer}.`; several are stacked along the rows), each tensor's Hugging Face shape, and
-/// whether it is a Conv1D `[in, out]` to transpose. None: the family has no such tensor.
+/// Where a blob tensor comes from in the checkpoint: the key suffixes (after the family's key
+/// prefix and, for a layer tensor, its layer prefix) with each part's Hugging Face shape
+/// (several parts are stacked along the rows), and whether they are Conv1D `[in, out]` weights
+/// to transpose. None: the family has no such tensor. The blob's shape of every role is
+/// [`Role::shape`]; these are the checkpoint's.
 struct HfSource {
-    suffixes: Vec<&'static str>,
-    shape: Vec<usize>,
+    parts: Vec<(&'static str, Vec<usize>)>,
     conv1d: bool,
 }
 
-fn hf_source(arch: Arch, role: Role, c: usize, inner: usize, v: usize, n_pos: usize) -> Option<HfSource> {
+fn hf_source(config: &runtime::Config, role: Role) -> Option<HfSource> {
     use Role::*;
-    let one = |suffix: &'static str, shape: Vec<usize>, conv1d: bool| Some(HfSource { suffixes: vec![suffix], shape, conv1d });
-    match (arch, role) {
-        (_, Wte) => one("wte.weight", vec![v, c], false),
-        (_, LmHead) => one("lm_head.weight", vec![v, c], false),
-        (_, Wpe) => one("wpe.weight", vec![n_pos, c], false),
-        (_, r @ (LnFWeight | LnFBias | Ln1Weight | Ln1Bias | Ln2Weight | Ln2Bias | MlpCProjBias)) => one(r.hf_suffix(), vec![c], false),
-        (_, MlpCFcBias) => one("mlp.c_fc.bias", vec![inner], false),
-        // GPT-2: Conv1D [in, out]
-        (Arch::Gpt2, AttnCAttnWeight) => one("attn.c_attn.weight", vec![c, 3 * c], true),
-        (Arch::Gpt2, AttnCAttnBias) => one("attn.c_attn.bias", vec![3 * c], false),
-        (Arch::Gpt2, AttnCProjWeight) => one("attn.c_proj.weight", vec![c, c], true),
-        (Arch::Gpt2, AttnCProjBias) => one("attn.c_proj.bias", vec![c], false),
-        (Arch::Gpt2, MlpCFcWeight) => one("mlp.c_fc.weight", vec![c, inner], true),
-        (Arch::Gpt2, MlpCProjWeight) => one("mlp.c_proj.weight", vec![inner, c], true),
+    let shape = role.shape(config)?;
+    let (c, inner, cq, ckv) = (config.n_embd(), config.n_inner(), config.q_dim(), config.kv_dim());
+    let linear = |parts: Vec<(&'static str, Vec<usize>)>| Some(HfSource { parts, conv1d: false });
+    let one = |suffix: &'static str| linear(vec![(suffix, if shape[1] == 1 { vec![shape[0]] } else { shape.to_vec() })]);
+    let conv1d = |suffix: &'static str, i: usize, o: usize| Some(HfSource { parts: vec![(suffix, vec![i, o])], conv1d: true });
+    match config.arch {
+        Arch::Gpt2 => match role {
+            // GPT-2: Conv1D [in, out]
+            AttnCAttnWeight => conv1d("attn.c_attn.weight", c, 3 * c),
+            AttnCProjWeight => conv1d("attn.c_proj.weight", c, c),
+            MlpCFcWeight => conv1d("mlp.c_fc.weight", c, inner),
+            MlpCProjWeight => conv1d("mlp.c_proj.weight", inner, c),
+            r => one(r.hf_suffix()),
+        },
         // GPT-Neo: nn.Linear [out, in]; q/k/v without bias
-        (Arch::GptNeo, AttnCAttnWeight) => Some(HfSource {
-            suffixes: vec!["attn.attention.q_proj.weight", "attn.attention.k_proj.weight", "attn.attention.v_proj.weight"],
-            shape: vec![c, c],
-            conv1d: false,
-        }),
-        (Arch::GptNeo, AttnCAttnBias) => None,
-        (Arch::GptNeo, AttnCProjWeight) => one("attn.attention.out_proj.weight", vec![c, c], false),
-        (Arch::GptNeo, AttnCProjBias) => one("attn.attention.out_proj.bias", vec![c], false),
-        (Arch::GptNeo, MlpCFcWeight) => one("mlp.c_fc.weight", vec![inner, c], false),
-        (Arch::GptNeo, MlpCProjWeight) => one("mlp.c_proj.weight", vec![c, inner], false),
+        Arch::GptNeo => match role {
+            AttnCAttnWeight => linear(vec![
+                ("attn.attention.q_proj.weight", vec![c, c]),
+                ("attn.attention.k_proj.weight", vec![c, c]),
+                ("attn.attention.v_proj.weight", vec![c, c]),
+            ]),
+            AttnCProjWeight => one("attn.attention.out_proj.weight"),
+            AttnCProjBias => one("attn.attention.out_proj.bias"),
+            r => one(r.hf_suffix()),
+        },
+        // Llama: nn.Linear [out, in] under `model.`, q/k/v and gate/up stacked
+        Arch::Llama => match role {
+            Wte => one("embed_tokens.weight"),
+            LmHead => one("lm_head.weight"),
+            LnFWeight => one("norm.weight"),
+            Ln1Weight => one("input_layernorm.weight"),
+            Ln2Weight => one("post_attention_layernorm.weight"),
+            AttnCAttnWeight => linear(vec![
+                ("self_attn.q_proj.weight", vec![cq, c]),
+                ("self_attn.k_proj.weight", vec![ckv, c]),
+                ("self_attn.v_proj.weight", vec![ckv, c]),
+            ]),
+            AttnCAttnBias => linear(vec![
+                ("self_attn.q_proj.bias", vec![cq]),
+                ("self_attn.k_proj.bias", vec![ckv]),
+                ("self_attn.v_proj.bias", vec![ckv]),
+            ]),
+            AttnCProjWeight => one("self_attn.o_proj.weight"),
+            AttnCProjBias => one("self_attn.o_proj.bias"),
+            MlpCFcWeight => linear(vec![("mlp.gate_proj.weight", vec![inner, c]), ("mlp.up_proj.weight", vec![inner, c])]),
+            MlpCFcBias => linear(vec![("mlp.gate_proj.bias", vec![inner]), ("mlp.up_proj.bias", vec![inner])]),
+            MlpCProjWeight => one("mlp.down_proj.weight"),
+            MlpCProjBias => one("mlp.down_proj.bias"),
+            // RMSNorm has no bias, RoPE no wpe: Role::shape said None above
+            Wpe | LnFBias | Ln1Bias | Ln2Bias => None,
+        },
+    }
+}
+
+/// The checkpoint's key prefix (`transformer.` / `model.` or none, as saved) and the prefix of a
+/// layer's keys (`h.` / `layers.`), found from where the token embedding is.
+fn key_prefixes(arch: Arch, ckpt: &Checkpoint) -> Result<(&'static str, &'static str)> {
+    let (with, bare, layers) = match arch {
+        Arch::Gpt2 | Arch::GptNeo => ("transformer.", "wte.weight", "h."),
+        Arch::Llama => ("model.", "embed_tokens.weight", "layers."),
+    };
+    if ckpt.contains(&format!("{with}{bare}")) {
+        Ok((with, layers))
+    } else if ckpt.contains(bare) {
+        Ok(("", layers))
+    } else {
+        bail!("tensor {bare} missing (looked for `{with}{bare}` and `{bare}`)")
     }
 }
 
@@ -212,21 +257,14 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     let mut notes = hf.notes.clone();
     let ckpt = Checkpoint::open(dir)?;
 
-    let prefix = if ckpt.contains("transformer.wte.weight") {
-        "transformer."
-    } else if ckpt.contains("wte.weight") {
-        ""
-    } else {
-        bail!("tensor wte.weight missing (looked for `transformer.wte.weight` and `wte.weight`)");
-    };
-    let n_pos = config.n_ctx as usize;
+    let (prefix, layer_prefix) = key_prefixes(config.arch, &ckpt)?;
     if let Some(ctx) = opts.ctx {
         if ctx == 0 || ctx > config.n_ctx {
             bail!("--ctx {ctx} must be between 1 and the model's n_positions ({})", config.n_ctx);
         }
         config.n_ctx = ctx;
     }
-    let (c, inner, v) = (config.n_embd(), config.n_inner(), config.vocab_size());
+    let (c, v) = (config.n_embd(), config.vocab_size());
 
     // The tokenizer, and with --keep-vocab the kept tokens (which decide wte's rows).
     let tables = crate::tokenizer_pack::tables_from_dir(dir)?;
@@ -260,12 +298,12 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
         bail!("config.json says tie_word_embeddings = false but tensor lm_head.weight is missing");
     }
     let arch = config.arch;
-    let mut plan: Vec<(Role, u32)> = vec![(Role::Wte, 0), (Role::Wpe, 0), (Role::LnFWeight, 0), (Role::LnFBias, 0)];
-    if untied {
-        plan.push((Role::LmHead, 0));
-    }
+    // the tensors the config has (Role::shape), in the blob's order; shapes as in the checkpoint
+    // (its full context and vocabulary: wpe is cut and wte pruned below)
+    let source_config = runtime::Config { n_ctx: hf.config.n_ctx, vocab_size: v as u32, ..config };
+    let has = |r: &&Role| hf_source(&source_config, **r).is_some();
+    let mut plan: Vec<(Role, u32)> = GLOBAL_ROLES.iter().filter(has).filter(|&&r| r != Role::LmHead || untied).map(|&r| (r, 0)).collect();
     for l in 0..config.n_layer {
-        let has = |r: &&Role| hf_source(arch, **r, c, inner, v, n_pos).is_some();
         plan.extend(LAYER_ROLES.iter().filter(has).map(|&r| (r, l)));
     }
 
@@ -277,44 +315,40 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     let mut source_dtypes = BTreeSet::new();
     let mut tensors = Vec::with_capacity(plan.len());
     for (role, layer) in plan {
-        let Some(src) = hf_source(arch, role, c, inner, v, n_pos) else { continue };
-        let expected = src.shape.clone();
-        // the parts, stacked along the rows (GPT-Neo's q | k | v)
+        let Some(src) = hf_source(&source_config, role) else { continue };
+        // the parts, stacked along the rows (GPT-Neo's and Llama's q | k | v, Llama's gate | up)
         let mut data = Vec::new();
         let mut name = String::new();
-        for suffix in &src.suffixes {
+        for (suffix, expected) in &src.parts {
             name = match role {
                 Role::LmHead => suffix.to_string(),
-                r if r.is_layer() => format!("{prefix}h.{layer}.{suffix}"),
+                r if r.is_layer() => format!("{prefix}{layer_prefix}{layer}.{suffix}"),
                 _ => format!("{prefix}{suffix}"),
             };
             let t = ckpt.read(&name).with_context(|| format!("tensor {name} missing (expected shape {expected:?})"))?;
-            if t.shape != expected {
+            if &t.shape != expected {
                 bail!("tensor {name} has shape {:?}, expected {expected:?}", t.shape);
             }
             used.insert(name.clone());
             source_dtypes.insert(format!("{:?}", t.dtype));
             data.extend(t.data);
         }
-        let parts = src.suffixes.len();
         let pruned_rows = matches!(role, Role::Wte | Role::LmHead) && pruning.is_some();
         if let (Some(p), true) = (&pruning, pruned_rows) {
             data = keep_rows(&data, c, &p.keep);
         }
-        let (rows, cols) = match role {
-            Role::Wpe => {
-                data.truncate(config.n_ctx() * c);
-                (config.n_ctx(), c)
-            }
-            _ if src.conv1d => {
-                let (i, o) = (expected[0], expected[1]);
-                data = transpose(&data, i, o);
-                (o, i)
-            }
-            Role::Wte | Role::LmHead => (data.len() / c, c),
-            _ if expected.len() == 2 => (parts * expected[0], expected[1]),
-            _ => (parts * expected[0], 1),
-        };
+        if role == Role::Wpe {
+            data.truncate(config.n_ctx() * c);
+        }
+        if src.conv1d {
+            let (i, o) = (src.parts[0].1[0], src.parts[0].1[1]);
+            data = transpose(&data, i, o);
+        }
+        // the blob's shape (after --ctx and pruning)
+        let [rows, cols] = role.shape(&config).context("internal error: a planned tensor has no shape")?;
+        if data.len() != rows * cols {
+            bail!("internal error: {name}: {} values for shape [{rows}, {cols}]", data.len());
+        }
         let keep_f32 = opts.keep_f32.iter().any(|k| role.hf_suffix().starts_with(k.as_str()));
         let (dtype, bytes) = match (role.is_matrix() && !keep_f32, opts.dtype) {
             (true, WeightDType::F16) => (DType::F16, f16_bytes(&data)),
@@ -351,6 +385,7 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
         let family = match arch {
             Arch::Gpt2 => "GPT-2",
             Arch::GptNeo => "GPT-Neo",
+            Arch::Llama => "Llama",
         };
         notes.push(format!("ignored {} tensor(s) not part of {family}: {}", ignored.len(), ignored.join(", ")));
     }

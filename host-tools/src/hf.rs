@@ -1,4 +1,4 @@
-//! Reading (and, for `random`, writing) Hugging Face GPT-2 and GPT-Neo checkpoints:
+//! Reading (and, for `random`, writing) Hugging Face GPT-2, GPT-Neo and Llama checkpoints:
 //! `config.json` plus `model.safetensors` (or sharded `model.safetensors.index.json`).
 
 use std::collections::BTreeMap;
@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
-use runtime::config::{Arch, LayerMask};
+use runtime::config::{Arch, LayerMask, Norm, Positions};
 use runtime::{Activation, Config};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
 /// The `model_type`s `convert` reads.
-pub const SUPPORTED_MODEL_TYPES: &str = "gpt2 (GPT2LMHeadModel), gpt_neo (GPTNeoForCausalLM)";
+pub const SUPPORTED_MODEL_TYPES: &str = "gpt2 (GPT2LMHeadModel), gpt_neo (GPTNeoForCausalLM), llama (LlamaForCausalLM)";
 
 /// `config.json` turned into the runtime's [`Config`], plus the fields the converter needs.
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ fn get_u32(j: &Value, keys: &[&str]) -> Option<u32> {
     keys.iter().find_map(|k| j.get(*k).and_then(Value::as_u64)).map(|v| v as u32)
 }
 
-/// Parses `dir/config.json` (a GPT-2 or a GPT-Neo config).
+/// Parses `dir/config.json` (a GPT-2, GPT-Neo or Llama config).
 pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -40,6 +40,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let arch = match j.get("model_type").and_then(Value::as_str) {
         Some("gpt2") => Arch::Gpt2,
         Some("gpt_neo") => Arch::GptNeo,
+        Some("llama") => return read_llama_config(&j, &p, notes),
         Some(other) => {
             let what = j.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str).map_or(String::new(), |a| format!(" ({a})"));
             bail!("{p}: model_type {other:?}{what} is not supported; supported: {SUPPORTED_MODEL_TYPES}")
@@ -60,7 +61,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
             need(&["n_head", "num_attention_heads"])?,
             "n_inner",
         ),
-        Arch::GptNeo => (
+        _ => (
             need(&["max_position_embeddings"])?,
             need(&["hidden_size"])?,
             need(&["num_layers", "num_hidden_layers"])?,
@@ -70,7 +71,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     };
     let (embd_key, head_key) = match arch {
         Arch::Gpt2 => ("n_embd", "n_head"),
-        Arch::GptNeo => ("hidden_size", "num_heads"),
+        _ => ("hidden_size", "num_heads"),
     };
     if n_head == 0 || n_embd % n_head != 0 {
         bail!("{p}: {head_key} {n_head} does not divide {embd_key} {n_embd}");
@@ -88,38 +89,16 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         other => bail!("{p}: activation_function {other:?} is not supported (gelu_new, gelu_pytorch_tanh, gelu, relu)"),
     };
     let flag = |k: &str, default: bool| j.get(k).and_then(Value::as_bool).unwrap_or(default);
-    let mut token = |k: &str| -> u32 {
-        // GPT-Neo's eos_token_id may be a list; the first is the one generation stops at
-        let id = match j.get(k) {
-            Some(Value::Array(a)) => {
-                if a.len() > 1 {
-                    notes.push(format!("{k} lists {} ids; the runtime stops at the first", a.len()));
-                }
-                a.first().and_then(Value::as_u64).map(|v| v as u32)
-            }
-            _ => get_u32(&j, &[k]),
-        };
-        let id = id.unwrap_or(vocab_size.saturating_sub(1));
-        if id >= vocab_size {
-            notes.push(format!("{k} {id} is outside the vocabulary ({vocab_size}); using {}", vocab_size - 1));
-            vocab_size - 1
-        } else {
-            id
-        }
-    };
-    let bos_token_id = token("bos_token_id");
-    let eos_token_id = token("eos_token_id");
+    // GPT-Neo's eos_token_id may be a list; the first is the one generation stops at
+    let last = vocab_size.saturating_sub(1);
+    let bos_token_id = token_id(&j, "bos_token_id", last, vocab_size, &mut notes);
+    let eos_token_id = token_id(&j, "eos_token_id", last, vocab_size, &mut notes);
     let (local_layers, attn_window) = match arch {
-        Arch::Gpt2 => (LayerMask::NONE, 0),
         Arch::GptNeo => gpt_neo_attention(&j, &p, n_layer, &mut notes)?,
+        _ => (LayerMask::NONE, 0),
     };
     let gpt2 = arch == Arch::Gpt2;
     let config = Config {
-        vocab_size,
-        n_ctx,
-        n_embd,
-        n_layer,
-        n_head,
         n_inner,
         layer_norm_epsilon: eps,
         activation,
@@ -132,12 +111,137 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         qkv_bias: gpt2,
         attn_window,
         local_layers,
+        ..Config::gpt2(vocab_size, n_ctx, n_embd, n_layer, n_head)
     };
     config.validate().map_err(|e| anyhow::anyhow!("{p}: {e}"))?;
     if flag("reorder_and_upcast_attn", false) {
         notes.push("reorder_and_upcast_attn only changes fp16 training numerics; ignored".into());
     }
     Ok(HfConfig { config, tie_word_embeddings: flag("tie_word_embeddings", true), notes })
+}
+
+/// The special-token id `key` of `config.json` (the first of a list), `default` when absent or
+/// null; an id outside the vocabulary falls back to `default` (or the last token) with a note.
+fn token_id(j: &Value, key: &str, default: u32, vocab_size: u32, notes: &mut Vec<String>) -> u32 {
+    let id = match j.get(key) {
+        Some(Value::Array(a)) => {
+            if a.len() > 1 {
+                notes.push(format!("{key} lists {} ids; the runtime stops at the first", a.len()));
+            }
+            a.first().and_then(Value::as_u64)
+        }
+        Some(v) => v.as_u64(),
+        None => None,
+    };
+    let fallback = if default < vocab_size { default } else { vocab_size.saturating_sub(1) };
+    match id {
+        Some(id) if id < vocab_size as u64 => id as u32,
+        Some(id) => {
+            notes.push(format!("{key} {id} is outside the vocabulary ({vocab_size}); using {fallback}"));
+            fallback
+        }
+        None => fallback,
+    }
+}
+
+/// A `LlamaForCausalLM` `config.json` (transformers' `LlamaConfig`, 4.x and 5.x field names):
+/// RMSNorm, RoPE, a gated SiLU MLP, grouped-query attention. Every field that would change the
+/// arithmetic and that the runtime does not implement stops the conversion with a one-line
+/// error naming it: a RoPE scaling type other than the default (linear, dynamic, yarn, llama3,
+/// longrope), a partial rotary factor, an activation other than SiLU, a `num_key_value_heads`
+/// that does not divide `num_attention_heads`.
+fn read_llama_config(j: &Value, p: &str, mut notes: Vec<String>) -> Result<HfConfig> {
+    let need = |key: &str| get_u32(j, &[key]).with_context(|| format!("{p}: missing integer field {key}"));
+    let vocab_size = need("vocab_size")?;
+    let n_embd = need("hidden_size")?;
+    let n_inner = need("intermediate_size")?;
+    let n_layer = need("num_hidden_layers")?;
+    let n_head = need("num_attention_heads")?;
+    let n_ctx = get_u32(j, &["max_position_embeddings"]).unwrap_or(2048);
+    if n_head == 0 {
+        bail!("{p}: num_attention_heads is 0");
+    }
+    let n_kv_head = match j.get("num_key_value_heads") {
+        None | Some(Value::Null) => n_head,
+        Some(v) => v.as_u64().with_context(|| format!("{p}: num_key_value_heads must be an integer, found {v}"))? as u32,
+    };
+    if n_kv_head == 0 || n_head % n_kv_head != 0 {
+        bail!("{p}: num_key_value_heads {n_kv_head} does not divide num_attention_heads {n_head} (grouped-query attention needs whole groups)");
+    }
+    let head_dim = match j.get("head_dim") {
+        None | Some(Value::Null) => {
+            if n_embd % n_head != 0 {
+                bail!("{p}: num_attention_heads {n_head} does not divide hidden_size {n_embd} and there is no head_dim");
+            }
+            n_embd / n_head
+        }
+        Some(v) => v.as_u64().filter(|&d| d > 0).with_context(|| format!("{p}: head_dim must be a positive integer, found {v}"))? as u32,
+    };
+    match j.get("hidden_act").and_then(Value::as_str).unwrap_or("silu") {
+        "silu" | "swish" => {}
+        other => bail!("{p}: hidden_act {other:?} is not supported for llama (the runtime's gated MLP uses silu)"),
+    }
+    let eps = j.get("rms_norm_eps").and_then(Value::as_f64).unwrap_or(1e-6) as f32;
+    let theta = rope_theta(j, p, &mut notes)?;
+    if let Some(f) = j.get("partial_rotary_factor").and_then(Value::as_f64).filter(|&f| f != 1.0) {
+        bail!("{p}: partial_rotary_factor {f} is not supported (RoPE on the whole head only)");
+    }
+    if j.get("pretraining_tp").and_then(Value::as_u64).is_some_and(|tp| tp > 1) {
+        notes.push("pretraining_tp > 1 only splits transformers' products into slices; computed whole".into());
+    }
+    let flag = |k: &str| j.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let (attention_bias, mlp_bias) = (flag("attention_bias"), flag("mlp_bias"));
+    let bos_token_id = token_id(j, "bos_token_id", 1, vocab_size, &mut notes);
+    let eos_token_id = token_id(j, "eos_token_id", 2, vocab_size, &mut notes);
+    let config = Config {
+        layer_norm_epsilon: eps,
+        positions: Positions::Rope { theta },
+        head_dim,
+        bos_token_id,
+        eos_token_id,
+        qkv_bias: attention_bias,
+        attn_out_bias: attention_bias,
+        mlp_bias,
+        norm: Norm::RmsNorm,
+        ..Config::llama(vocab_size, n_ctx, n_embd, n_layer, n_head, n_kv_head, n_inner)
+    };
+    config.validate().map_err(|e| anyhow::anyhow!("{p}: {e}"))?;
+    // LlamaConfig's default: an untied head
+    let tie_word_embeddings = j.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
+    Ok(HfConfig { config, tie_word_embeddings, notes })
+}
+
+/// RoPE's θ: `rope_theta` at the top level (transformers 4.x) or in `rope_parameters`
+/// (transformers 5); default 10000. `rope_scaling` / `rope_parameters` must be absent, null or
+/// of the default type: any other type (linear, dynamic, yarn, llama3, longrope, …) is an error
+/// that names it.
+fn rope_theta(j: &Value, p: &str, notes: &mut Vec<String>) -> Result<f32> {
+    for key in ["rope_scaling", "rope_parameters"] {
+        let Some(v) = j.get(key).filter(|v| !v.is_null()) else { continue };
+        let Some(obj) = v.as_object() else { bail!("{p}: {key} must be an object or null, found {v}") };
+        let kind = obj.get("rope_type").or_else(|| obj.get("type")).and_then(Value::as_str).unwrap_or("default");
+        if kind != "default" {
+            bail!("{p}: {key} type {kind:?} is not supported (only the default RoPE; not linear, dynamic, yarn, llama3, longrope)");
+        }
+        // transformers 5 may also key per-layer-type parameters; a plain factor would scale
+        if let Some(f) = obj.get("factor").and_then(Value::as_f64).filter(|&f| f != 1.0) {
+            bail!("{p}: {key} has factor {f}; RoPE scaling is not supported");
+        }
+    }
+    let top = j.get("rope_theta").and_then(Value::as_f64);
+    let nested = j.get("rope_parameters").and_then(|r| r.get("rope_theta")).and_then(Value::as_f64);
+    let theta = match (top, nested) {
+        (Some(a), Some(b)) if a != b => bail!("{p}: rope_theta {a} and rope_parameters.rope_theta {b} disagree"),
+        (Some(t), _) | (None, Some(t)) => t,
+        (None, None) => {
+            notes.push("config.json gives no rope_theta; taking LlamaConfig's default 10000".into());
+            10000.0
+        }
+    };
+    if !(theta.is_finite() && theta > 0.0) {
+        bail!("{p}: rope_theta {theta} must be a positive number");
+    }
+    Ok(theta as f32)
 }
 
 /// GPT-Neo's per-layer attention: `attention_types` (`[[["global", "local"], n], …]`, expanded

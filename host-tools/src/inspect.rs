@@ -30,6 +30,19 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     writeln!(s, "  layer_norm_epsilon {:e}  activation {:?}  scale_attn_weights {}  scale_attn_by_inverse_layer_idx {}", cfg.layer_norm_epsilon, cfg.activation, cfg.scale_attn_weights, cfg.scale_attn_by_inverse_layer_idx)?;
     writeln!(s, "  bos_token_id {}  eos_token_id {}", cfg.bos_token_id, cfg.eos_token_id)?;
     writeln!(s, "  architecture {}  q/k/v bias {}", cfg.arch.name(), cfg.qkv_bias)?;
+    let positions = match cfg.positions {
+        runtime::config::Positions::Learned => "learned (wpe)".to_string(),
+        runtime::config::Positions::Rope { theta } => format!("RoPE θ {theta}"),
+    };
+    let heads = if cfg.n_kv_head == cfg.n_head { format!("{} (multi-head)", cfg.n_kv_head) } else { format!("{} (groups of {})", cfg.n_kv_head, cfg.kv_group()) };
+    writeln!(
+        s,
+        "  norm {:?}  positions {positions}  MLP {}  key/value heads {heads}  biases: attn out {}, mlp {}",
+        cfg.norm,
+        if cfg.gated_mlp { format!("gated ({:?}(gate) · up)", cfg.activation) } else { "plain".to_string() },
+        cfg.attn_out_bias,
+        cfg.mlp_bias
+    )?;
     let (locals, globals) = layer_kinds(&cfg);
     match cfg.local_layers.count() {
         0 => writeln!(s, "  attention: every layer global")?,
@@ -52,7 +65,8 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     let (mut emb, mut layers, mut other, mut params) = (0u64, 0u64, 0u64, 0u64);
     for e in TensorTable::new(table, header.n_tensors) {
         let e = e.map_err(|e| anyhow::anyhow!("invalid tensor table: {e}"))?;
-        let name = e.role.hf_name(e.layer).to_string();
+        let suffix = e.role.family_suffix(cfg.arch);
+        let name = if e.role.is_layer() { format!("{}{}.{suffix}", if cfg.arch == runtime::config::Arch::Llama { "layers." } else { "h." }, e.layer) } else { suffix.to_string() };
         let shape = if e.shape[1] == 1 { format!("[{}]", e.shape[0]) } else { format!("[{}, {}]", e.shape[0], e.shape[1]) };
         let dtype = match e.dtype {
             DType::Q8 { group_len } | DType::Q4 { group_len } => format!("{}/g{group_len}", e.dtype.name()),
@@ -80,7 +94,7 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
     writeln!(s, "  preamble + header + table {header_bytes:>12}")?;
     writeln!(s, "  embeddings (wte, wpe, head) {emb:>10}")?;
     writeln!(s, "  transformer blocks        {layers:>12}")?;
-    writeln!(s, "  final layer norm          {other:>12}")?;
+    writeln!(s, "  final norm                {other:>12}")?;
     writeln!(s, "  tokenizer                 {tok:>12}{}", if header.tokenizer.is_none() { "  (none: use --ids)" } else { "" })?;
     if header.source_vocab.is_some() {
         writeln!(s, "  source ids (pruned vocab) {source_ids:>12}")?;
@@ -117,8 +131,8 @@ pub fn inspect(bytes: &[u8], ctx: Option<usize>) -> Result<String> {
         } else {
             format!("({} global · ctx {ctx} + {} local · {})", globals.len(), locals.len(), layout.local_capacity)
         };
-        let extra = if kv == KvDType::I8 { format!(" + 2 · {positions} · H {} · 4 (scales)", cfg.n_head) } else { String::new() };
-        writeln!(s, "  KV cache ({:<4})           {:>12} bytes  = 2 · {positions} · n_embd {} · {per}{extra}", kv.name(), b, cfg.n_embd)?;
+        let extra = if kv == KvDType::I8 { format!(" + 2 · {positions} · H_kv {} · 4 (scales)", cfg.n_kv_head) } else { String::new() };
+        writeln!(s, "  KV cache ({:<4})           {:>12} bytes  = 2 · {positions} · C_kv {} · {per}{extra}", kv.name(), b, cfg.kv_dim())?;
     }
     writeln!(s, "  KV cache per layer (f32 / f16 / int8 bytes):")?;
     for (what, layers) in [("global", &globals), ("local", &locals)] {

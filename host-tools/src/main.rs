@@ -19,6 +19,8 @@ enum ArchArg {
     Gpt2,
     /// GPTNeoForCausalLM.
     GptNeo,
+    /// LlamaForCausalLM.
+    Llama,
 }
 
 impl ArchArg {
@@ -26,6 +28,7 @@ impl ArchArg {
         match self {
             ArchArg::Gpt2 => Arch::Gpt2,
             ArchArg::GptNeo => Arch::GptNeo,
+            ArchArg::Llama => Arch::Llama,
         }
     }
 }
@@ -132,7 +135,7 @@ enum Cmd {
         #[arg(long, value_name = "N", requires = "keep_vocab")]
         vocab_size: Option<usize>,
     },
-    /// Write a random-initialised GPT-2 or GPT-Neo checkpoint in the Hugging Face layout
+    /// Write a random-initialised GPT-2, GPT-Neo or Llama checkpoint in the Hugging Face layout
     /// (transformers' `from_pretrained` loads it). The flags override the preset's numbers.
     Random {
         /// Output directory.
@@ -140,7 +143,9 @@ enum Cmd {
         out: PathBuf,
         /// A named shape: `gpt2` (124M), `tinystories-1m` (GPT-Neo 8 × 64, 16 heads, window
         /// 256, alternating global/local, 50257 tokens, 2048 positions), `tinystories-3m` and
-        /// `tinytalk` (the same, 128 wide).
+        /// `tinytalk` (the same, 128 wide), `llama-tiny` (Llama 4 × 64, 8 heads on 2 key/value
+        /// heads, MLP 176, 512 tokens, 256 positions, untied head), `stories260k`, `stories15m`,
+        /// `stories42m` (llama2.c's shapes, tied heads).
         #[arg(long, value_parser = RandomShape::PRESETS)]
         preset: Option<String>,
         /// Checkpoint family (default: the preset's, else gpt2).
@@ -167,6 +172,18 @@ enum Cmd {
         /// `global,local,local`, …
         #[arg(long, value_delimiter = ',', value_parser = ["global", "local"])]
         attention: Vec<String>,
+        /// Llama: key/value heads (grouped-query attention; must divide n_head).
+        #[arg(long)]
+        n_kv_head: Option<u32>,
+        /// Llama: head width (default n_embd / n_head).
+        #[arg(long)]
+        head_dim: Option<u32>,
+        /// Llama: write a separate `lm_head.weight` (`tie_word_embeddings: false`).
+        #[arg(long, conflicts_with = "tied")]
+        untied: bool,
+        /// Llama: tie the head to the embeddings.
+        #[arg(long)]
+        tied: bool,
         /// RNG seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -241,22 +258,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 print!("{}", host_tools::accuracy::pruning_table(&rows));
             }
         }
-        Cmd::Random { out, preset, arch, n_layer, n_embd, n_head, n_inner, vocab, n_ctx, window, attention, seed } => {
+        Cmd::Random { out, preset, arch, n_layer, n_embd, n_head, n_inner, vocab, n_ctx, window, attention, n_kv_head, head_dim, untied, tied, seed } => {
             let base = match (preset.as_deref().and_then(RandomShape::preset), arch) {
                 (Some(p), None) => p,
                 (Some(p), Some(a)) if p.arch == a.arch() => p,
                 (Some(_), Some(a)) => anyhow::bail!("--arch {} contradicts --preset {}", a.arch().name(), preset.unwrap_or_default()),
                 (None, Some(ArchArg::GptNeo)) => RandomShape::gpt_neo(2, 64, 4, 256, 64, 16),
+                (None, Some(ArchArg::Llama)) => RandomShape::LLAMA_TINY,
                 (None, _) => RandomShape::gpt2(2, 64, 4, 256, 64),
             };
-            if base.arch == Arch::Gpt2 && (window.is_some() || !attention.is_empty()) {
+            if base.arch != Arch::GptNeo && (window.is_some() || !attention.is_empty()) {
                 anyhow::bail!("--window and --attention are GPT-Neo settings (give --arch gpt-neo or a GPT-Neo preset)");
+            }
+            if base.arch != Arch::Llama && (n_kv_head.is_some() || head_dim.is_some() || untied || tied) {
+                anyhow::bail!("--n-kv-head, --head-dim, --tied and --untied are Llama settings (give --arch llama or a Llama preset)");
             }
             let n_layer = n_layer.unwrap_or(base.n_layer);
             let local = match (base.arch, attention.is_empty()) {
-                (Arch::Gpt2, _) => LayerMask::NONE,
                 (Arch::GptNeo, true) => host_tools::random::alternating(n_layer),
                 (Arch::GptNeo, false) => (0..n_layer as usize).filter(|l| attention[l % attention.len()] == "local").fold(LayerMask::NONE, |m, l| m.with(l)),
+                _ => LayerMask::NONE,
             };
             let shape = RandomShape {
                 n_layer,
@@ -267,12 +288,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 n_ctx: n_ctx.unwrap_or(base.n_ctx),
                 window: window.unwrap_or(base.window),
                 local,
+                n_kv_head: n_kv_head.unwrap_or(base.n_kv_head),
+                head_dim: head_dim.unwrap_or(base.head_dim),
+                tied: if untied { false } else { tied || base.tied },
                 ..base
             };
             let params = write_random(&out, shape, seed)?;
             let attn = match shape.arch {
                 Arch::Gpt2 => String::new(),
                 Arch::GptNeo => format!(", {} of {} layers local (window {})", shape.local.count(), shape.n_layer, shape.window),
+                Arch::Llama => format!(
+                    ", {} key/value heads, head_dim {}, {} head",
+                    if shape.n_kv_head == 0 { shape.n_head } else { shape.n_kv_head },
+                    if shape.head_dim == 0 { shape.n_embd / shape.n_head } else { shape.head_dim },
+                    if shape.tied { "tied" } else { "untied" }
+                ),
             };
             eprintln!(
                 "wrote {} ({params} parameters: {}, {} layers, n_embd {}, n_head {}, n_inner {}, vocab {}, n_ctx {}{attn}; seed {seed})",
@@ -281,7 +311,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 shape.n_layer,
                 shape.n_embd,
                 shape.n_head,
-                shape.n_inner.unwrap_or(4 * shape.n_embd),
+                shape.inner(),
                 shape.vocab_size,
                 shape.n_ctx
             );

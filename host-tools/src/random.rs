@@ -1,10 +1,10 @@
-//! `host-tools random`: a random-initialised GPT-2 or GPT-Neo checkpoint in the Hugging Face
-//! layout (`GPT2LMHeadModel.from_pretrained` / `GPTNeoForCausalLM.from_pretrained` load it), for
-//! benchmarks, memory plans and trying a shape before training one.
+//! `host-tools random`: a random-initialised GPT-2, GPT-Neo or Llama checkpoint in the Hugging
+//! Face layout (`GPT2LMHeadModel` / `GPTNeoForCausalLM` / `LlamaForCausalLM.from_pretrained`
+//! load it), for benchmarks, memory plans, parity checks and trying a shape before training one.
 //!
 //! Initialisation follows transformers' `_init_weights`: N(0, 0.02) weights, zero biases,
-//! LayerNorm weight 1 and bias 0; GPT-2 also scales its residual projections (`c_proj`) to
-//! N(0, 0.02/√(2·n_layer)), GPT-Neo does not.
+//! LayerNorm / RMSNorm weight 1 and bias 0; GPT-2 also scales its residual projections
+//! (`c_proj`) to N(0, 0.02/√(2·n_layer)), GPT-Neo and Llama do not.
 
 use std::path::Path;
 
@@ -37,6 +37,12 @@ pub struct RandomShape {
     pub window: u32,
     /// GPT-Neo: the local layers (the others are global).
     pub local: LayerMask,
+    /// Llama: key/value heads (`num_key_value_heads`; 0 = `n_head`).
+    pub n_kv_head: u32,
+    /// Llama: `head_dim` (0 = C / H, written as absent).
+    pub head_dim: u32,
+    /// Llama: `tie_word_embeddings` (GPT-2 and GPT-Neo are always tied).
+    pub tied: bool,
 }
 
 /// Layers 1, 3, 5, … of `n`: GPT-Neo's `[[["global", "local"], n / 2]]`.
@@ -59,29 +65,60 @@ impl RandomShape {
     pub const TINYSTORIES_1M: RandomShape = RandomShape::gpt_neo(8, 64, 16, 50257, 2048, 256);
     /// Shaped like TinyStories-3M and its fine-tune TinyTalk: as TinyStories-1M, 128 wide.
     pub const TINYSTORIES_3M: RandomShape = RandomShape::gpt_neo(8, 128, 16, 50257, 2048, 256);
+    /// A small Llama for trying the family: 4 layers, 64 wide, 8 heads on 2 key/value heads
+    /// (grouped-query), MLP 176, 512 tokens, 256 positions, untied head.
+    pub const LLAMA_TINY: RandomShape = RandomShape { tied: false, ..RandomShape::llama(4, 64, 8, 2, 176, 512, 256) };
+    /// Shaped like llama2.c's stories260K: 5 layers, 64 wide, 8 heads on 4 key/value heads, MLP
+    /// 172, 512 tokens, 512 positions, tied head.
+    pub const STORIES_260K: RandomShape = RandomShape::llama(5, 64, 8, 4, 172, 512, 512);
+    /// Shaped like llama2.c's stories15M: 6 layers, 288 wide, 6 heads, MLP 768, 32000 tokens,
+    /// 256 positions, tied head.
+    pub const STORIES_15M: RandomShape = RandomShape::llama(6, 288, 6, 6, 768, 32000, 256);
+    /// Shaped like llama2.c's stories42M: 8 layers, 512 wide, 8 heads, MLP 1376, 32000 tokens,
+    /// 1024 positions, tied head.
+    pub const STORIES_42M: RandomShape = RandomShape::llama(8, 512, 8, 8, 1376, 32000, 1024);
 
     /// A GPT-2 shape (MLP 4·C).
     pub const fn gpt2(n_layer: u32, n_embd: u32, n_head: u32, vocab_size: u32, n_ctx: u32) -> Self {
-        RandomShape { arch: Arch::Gpt2, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner: None, window: 0, local: LayerMask::NONE }
+        RandomShape { arch: Arch::Gpt2, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner: None, window: 0, local: LayerMask::NONE, n_kv_head: 0, head_dim: 0, tied: true }
     }
 
     /// A GPT-Neo shape with alternating global/local layers (MLP 4·C).
     pub const fn gpt_neo(n_layer: u32, n_embd: u32, n_head: u32, vocab_size: u32, n_ctx: u32, window: u32) -> Self {
-        RandomShape { arch: Arch::GptNeo, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner: None, window, local: alternating(n_layer) }
+        RandomShape { arch: Arch::GptNeo, window, local: alternating(n_layer), ..Self::gpt2(n_layer, n_embd, n_head, vocab_size, n_ctx) }
     }
 
-    /// A preset by name (`gpt2`, `tinystories-1m`, `tinystories-3m`, `tinytalk`).
+    /// A Llama shape with a tied head (as llama2.c's models).
+    pub const fn llama(n_layer: u32, n_embd: u32, n_head: u32, n_kv_head: u32, n_inner: u32, vocab_size: u32, n_ctx: u32) -> Self {
+        RandomShape { arch: Arch::Llama, n_inner: Some(n_inner), n_kv_head, ..Self::gpt2(n_layer, n_embd, n_head, vocab_size, n_ctx) }
+    }
+
+    /// A preset by name (see [`RandomShape::PRESETS`]).
     pub fn preset(name: &str) -> Option<Self> {
         match name {
             "gpt2" => Some(Self::GPT2),
             "tinystories-1m" => Some(Self::TINYSTORIES_1M),
             "tinystories-3m" | "tinytalk" => Some(Self::TINYSTORIES_3M),
+            "llama-tiny" => Some(Self::LLAMA_TINY),
+            "stories260k" => Some(Self::STORIES_260K),
+            "stories15m" => Some(Self::STORIES_15M),
+            "stories42m" => Some(Self::STORIES_42M),
             _ => None,
         }
     }
 
     /// The preset names.
-    pub const PRESETS: [&'static str; 4] = ["gpt2", "tinystories-1m", "tinystories-3m", "tinytalk"];
+    pub const PRESETS: [&'static str; 8] = ["gpt2", "tinystories-1m", "tinystories-3m", "tinytalk", "llama-tiny", "stories260k", "stories15m", "stories42m"];
+
+    /// The MLP width: `n_inner`, else 4·C (GPT-2, GPT-Neo) or the multiple of 32 at or above
+    /// 8·C/3 (Llama's 2/3 of 4·C, as llama2.c rounds it).
+    pub const fn inner(&self) -> u32 {
+        match (self.n_inner, self.arch) {
+            (Some(i), _) => i,
+            (None, Arch::Llama) => (8 * self.n_embd / 3).div_ceil(32) * 32,
+            (None, _) => 4 * self.n_embd,
+        }
+    }
 }
 
 /// GPT-Neo's `attention_types` for a per-layer list: `[[pattern, repeats]]` when one pattern
@@ -98,13 +135,19 @@ fn attention_types(layers: &[&str]) -> Value {
 /// Writes `config.json` + `model.safetensors` for a random model of `shape` into `dir`;
 /// returns the number of parameters.
 pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
-    let RandomShape { arch, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner, window, local } = shape;
+    let RandomShape { arch, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner, window, local, n_kv_head, head_dim, tied } = shape;
     ensure!(n_layer > 0 && n_embd > 0 && n_head > 0 && vocab_size > 0 && n_ctx > 0, "every dimension must be positive");
-    ensure!(n_embd % n_head == 0, "n_embd ({n_embd}) must be a multiple of n_head ({n_head})");
+    ensure!(head_dim > 0 || n_embd % n_head == 0, "n_embd ({n_embd}) must be a multiple of n_head ({n_head})");
     ensure!(n_layer as usize <= LayerMask::CAPACITY, "at most {} layers", LayerMask::CAPACITY);
     ensure!(n_inner != Some(0), "n_inner must be positive");
+    if arch == Arch::Llama {
+        return write_random_llama(dir, shape, seed);
+    }
+    ensure!(n_kv_head == 0 || n_kv_head == n_head, "--n-kv-head is a Llama setting (GPT-2 and GPT-Neo have n_head key/value heads)");
+    ensure!(head_dim == 0 || head_dim * n_head == n_embd, "--head-dim is a Llama setting (GPT-2 and GPT-Neo have n_embd / n_head)");
+    ensure!(tied, "GPT-2 and GPT-Neo checkpoints are written with a tied head");
     let (c, v, t) = (n_embd as usize, vocab_size as usize, n_ctx as usize);
-    let inner = n_inner.map_or(4 * c, |i| i as usize);
+    let inner = shape.inner() as usize;
     let eos = vocab_size - 1;
     let note = format!("random-initialised by host-tools random --seed {seed}");
     let config = match arch {
@@ -157,12 +200,13 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
                 "note": note
             })
         }
+        Arch::Llama => unreachable!("written by write_random_llama"),
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let std = 0.02f32;
     let proj_std = match arch {
         Arch::Gpt2 => std / (2.0 * n_layer as f32).sqrt(),
-        Arch::GptNeo => std,
+        _ => std,
     };
     let normal = |n: usize, s: f32, rng: &mut rand::rngs::StdRng| -> Vec<f32> {
         let d = Normal::new(0.0f32, s).expect("positive std");
@@ -183,7 +227,7 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
                 tensors.push((format!("{p}attn.c_proj.weight"), vec![c, c], normal(c * c, proj_std, &mut rng)));
                 tensors.push((format!("{p}attn.c_proj.bias"), vec![c], vec![0.0; c]));
             }
-            Arch::GptNeo => {
+            _ => {
                 // nn.Linear [out, in]; q/k/v without bias
                 for proj in ["k_proj", "v_proj", "q_proj"] {
                     tensors.push((format!("{p}attn.attention.{proj}.weight"), vec![c, c], normal(c * c, std, &mut rng)));
@@ -196,7 +240,7 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
         tensors.push((format!("{p}ln_2.bias"), vec![c], vec![0.0; c]));
         let (fc, proj) = match arch {
             Arch::Gpt2 => (vec![c, inner], vec![inner, c]),
-            Arch::GptNeo => (vec![inner, c], vec![c, inner]),
+            _ => (vec![inner, c], vec![c, inner]),
         };
         tensors.push((format!("{p}mlp.c_fc.weight"), fc, normal(c * inner, std, &mut rng)));
         tensors.push((format!("{p}mlp.c_fc.bias"), vec![inner], vec![0.0; inner]));
@@ -205,6 +249,75 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
     }
     tensors.push(("transformer.ln_f.weight".into(), vec![c], vec![1.0; c]));
     tensors.push(("transformer.ln_f.bias".into(), vec![c], vec![0.0; c]));
+    let params: u64 = tensors.iter().map(|(_, _, d)| d.len() as u64).sum();
+    write_checkpoint(dir, &config, &tensors)?;
+    Ok(params)
+}
+
+/// [`write_random`] for Llama: `LlamaConfig` fields as transformers 5 writes them (RoPE θ in
+/// `rope_parameters` and at the top level), `model.` keys, q|k|v with `n_kv_head` key/value
+/// heads, a gated MLP, RMSNorm weights 1, and `lm_head.weight` only when untied.
+fn write_random_llama(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
+    let RandomShape { n_layer, n_embd, n_head, vocab_size, n_ctx, n_kv_head, head_dim, tied, .. } = shape;
+    let n_kv_head = if n_kv_head == 0 { n_head } else { n_kv_head };
+    ensure!(n_head % n_kv_head == 0, "n_kv_head ({n_kv_head}) must divide n_head ({n_head})");
+    let d = if head_dim == 0 { n_embd / n_head } else { head_dim } as usize;
+    ensure!(d % 2 == 0, "head_dim ({d}) must be even for RoPE");
+    let (c, v, inner) = (n_embd as usize, vocab_size as usize, shape.inner() as usize);
+    let (cq, ckv) = (n_head as usize * d, n_kv_head as usize * d);
+    let mut config = json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "attention_bias": false,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": n_embd,
+        "initializer_range": 0.02,
+        "intermediate_size": inner,
+        "max_position_embeddings": n_ctx,
+        "mlp_bias": false,
+        "num_attention_heads": n_head,
+        "num_hidden_layers": n_layer,
+        "num_key_value_heads": n_kv_head,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-5,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": tied,
+        "torch_dtype": "float32",
+        "use_cache": true,
+        "vocab_size": vocab_size,
+        "note": format!("random-initialised by host-tools random --seed {seed}")
+    });
+    if head_dim != 0 {
+        config["head_dim"] = json!(head_dim);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let std = 0.02f32;
+    let normal = |n: usize, rng: &mut rand::rngs::StdRng| -> Vec<f32> {
+        let dist = Normal::new(0.0f32, std).expect("positive std");
+        (0..n).map(|_| dist.sample(rng)).collect()
+    };
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    tensors.push(("model.embed_tokens.weight".into(), vec![v, c], normal(v * c, &mut rng)));
+    for l in 0..n_layer {
+        let p = format!("model.layers.{l}.");
+        tensors.push((format!("{p}input_layernorm.weight"), vec![c], vec![1.0; c]));
+        for (name, rows) in [("q_proj", cq), ("k_proj", ckv), ("v_proj", ckv)] {
+            tensors.push((format!("{p}self_attn.{name}.weight"), vec![rows, c], normal(rows * c, &mut rng)));
+        }
+        tensors.push((format!("{p}self_attn.o_proj.weight"), vec![c, cq], normal(c * cq, &mut rng)));
+        tensors.push((format!("{p}post_attention_layernorm.weight"), vec![c], vec![1.0; c]));
+        tensors.push((format!("{p}mlp.gate_proj.weight"), vec![inner, c], normal(inner * c, &mut rng)));
+        tensors.push((format!("{p}mlp.up_proj.weight"), vec![inner, c], normal(inner * c, &mut rng)));
+        tensors.push((format!("{p}mlp.down_proj.weight"), vec![c, inner], normal(c * inner, &mut rng)));
+    }
+    tensors.push(("model.norm.weight".into(), vec![c], vec![1.0; c]));
+    if !tied {
+        tensors.push(("lm_head.weight".into(), vec![v, c], normal(v * c, &mut rng)));
+    }
     let params: u64 = tensors.iter().map(|(_, _, d)| d.len() as u64).sum();
     write_checkpoint(dir, &config, &tensors)?;
     Ok(params)

@@ -44,13 +44,17 @@ pub const MAX_TRACE_BYTES: u64 = 4 << 30;
 /// The shapes a trace needs from the config.
 #[derive(Debug, Clone, Copy)]
 pub struct Dims {
+    /// The model's config (which stages it has: [`Stage::applies`]).
+    pub config: Config,
     /// Blocks.
     pub n_layer: usize,
-    /// Heads.
+    /// Heads (queries).
     pub n_head: usize,
+    /// Key/value heads.
+    pub n_kv_head: usize,
     /// C.
     pub n_embd: usize,
-    /// D = C / H.
+    /// D.
     pub head_dim: usize,
     /// I.
     pub n_inner: usize,
@@ -64,8 +68,10 @@ impl Dims {
     /// The dims of `cfg` for `t` positions.
     pub fn new(cfg: &Config, t: usize) -> Self {
         Self {
+            config: *cfg,
             n_layer: cfg.n_layer(),
             n_head: cfg.n_head(),
+            n_kv_head: cfg.n_kv_head(),
             n_embd: cfg.n_embd(),
             head_dim: cfg.head_dim(),
             n_inner: cfg.n_inner(),
@@ -74,24 +80,40 @@ impl Dims {
         }
     }
 
+    /// The stages this model reports, in the pass's order.
+    pub fn stages(&self) -> impl Iterator<Item = Stage> + '_ {
+        Stage::ALL.into_iter().filter(|s| s.applies(&self.config))
+    }
+
+    /// Heads in a row of a per-head stage: H_kv for k, v and rot_k, H for the others.
+    pub fn heads(&self, stage: Stage) -> usize {
+        if stage.kv_heads() {
+            self.n_kv_head
+        } else {
+            self.n_head
+        }
+    }
+
     /// Values per row of a row stage.
     pub fn width(&self, stage: Stage) -> usize {
         match stage {
-            Stage::MlpPre | Stage::MlpPost => self.n_inner,
+            Stage::MlpPre | Stage::MlpPreLinear | Stage::MlpPost => self.n_inner,
             Stage::Logits => self.vocab,
             Stage::AttnScores | Stage::AttnPattern => self.t,
+            s if s.is_scale() => 1,
+            s if s.per_head() => self.heads(s) * self.head_dim,
             _ => self.n_embd,
         }
     }
 
-    /// Shape of a stage's array: `[n_layer, T, width]` for block stages (q, k, v, z as
-    /// `[n_layer, T, H, D]`), `[n_layer, H, T, T]` for the attention ones, `[T, width]` for the
-    /// others.
+    /// Shape of a stage's array: `[n_layer, T, width]` for block stages (q, rot_q and z as
+    /// `[n_layer, T, H, D]`, k, v and rot_k as `[n_layer, T, H_kv, D]`), `[n_layer, H, T, T]`
+    /// for the attention ones, `[T, width]` for the others.
     pub fn shape(&self, stage: Stage) -> Vec<u64> {
         let (l, t, h, d) = (self.n_layer as u64, self.t as u64, self.n_head as u64, self.head_dim as u64);
         match stage {
             Stage::AttnScores | Stage::AttnPattern => vec![l, h, t, t],
-            Stage::Q | Stage::K | Stage::V | Stage::Z => vec![l, t, h, d],
+            s if s.per_head() => vec![l, t, self.heads(s) as u64, d],
             s if s.per_layer() => vec![l, t, self.width(s) as u64],
             s => vec![t, self.width(s) as u64],
         }
@@ -103,7 +125,7 @@ impl Dims {
 
     /// Bytes of all the stage arrays.
     pub fn bytes(&self) -> u64 {
-        Stage::ALL.iter().map(|&s| self.len(s) as u64 * 4).sum()
+        self.stages().map(|s| self.len(s) as u64 * 4).sum()
     }
 }
 
@@ -143,16 +165,13 @@ pub struct Recorder {
 impl Recorder {
     /// Room for `dims.t` positions.
     pub fn new(dims: Dims) -> Self {
-        let stages = Stage::ALL
-            .iter()
-            .map(|&s| (s, vec![if s == Stage::AttnScores { f32::NEG_INFINITY } else { 0.0 }; dims.len(s)]))
-            .collect();
+        let stages = dims.stages().map(|s| (s, vec![if s == Stage::AttnScores { f32::NEG_INFINITY } else { 0.0 }; dims.len(s)])).collect();
         Self { dims, stages, draws: Vec::new(), ring: vec![0; dims.n_layer], reports: BTreeMap::new() }
     }
 
-    /// A stage's values.
+    /// A stage's values (empty for a stage the model does not have).
     pub fn get(&self, stage: Stage) -> &[f32] {
-        &self.stages[&stage]
+        self.stages.get(&stage).map_or(&[], Vec::as_slice)
     }
 
     /// `[n_layer + 1, T, C]` as transformers' `output_hidden_states` (see the module docs).
@@ -329,7 +348,7 @@ pub fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32, f32)> {
 pub fn logit_lens(model: &Model<'_>, rec: &Recorder) -> Vec<Vec<Vec<(u32, f32)>>> {
     let cfg = model.config();
     let d = rec.dims;
-    let (ln_w, ln_b) = model.ln_f();
+    let ln_f = model.ln_f();
     let head = model.lm_head();
     let mut normed = vec![0.0f32; d.n_embd];
     let mut logits = vec![0.0f32; d.vocab];
@@ -339,7 +358,7 @@ pub fn logit_lens(model: &Model<'_>, rec: &Recorder) -> Vec<Vec<Vec<(u32, f32)>>
             (0..d.t)
                 .map(|pos| {
                     let resid = if i == 0 { rec.row(Stage::ResidPre, 0, pos) } else { rec.row(Stage::ResidPost, i - 1, pos) };
-                    kernels::layer_norm(&mut normed, resid, ln_w, ln_b, cfg.layer_norm_epsilon);
+                    kernels::norm(cfg.norm, &mut normed, resid, &ln_f, cfg.layer_norm_epsilon);
                     kernels::linear(&mut logits, &normed, &head, &[], false, &mut scratch);
                     top_n(&logits, TOP_N).into_iter().map(|(id, _, p)| (id, p)).collect()
                 })
@@ -526,7 +545,7 @@ pub fn trace_json(model: &Model<'_>, trace: &Trace, model_path: &str) -> Value {
 pub fn array_files(d: &Dims) -> Vec<(String, Vec<u64>)> {
     let (l, t, c, h) = (d.n_layer as u64, d.t as u64, d.n_embd as u64, d.n_head as u64);
     let mut v = vec![("hidden_states.npy".to_string(), vec![l + 1, t, c]), ("attentions.npy".to_string(), vec![l, h, t, t])];
-    v.extend(Stage::ALL.iter().map(|&s| (format!("{}.npy", s.name()), d.shape(s))));
+    v.extend(d.stages().map(|s| (format!("{}.npy", s.name()), d.shape(s))));
     v
 }
 
@@ -536,8 +555,8 @@ pub fn write_arrays(dir: &Path, rec: &Recorder) -> Result<()> {
     let files = array_files(&d);
     crate::npy::write_f32(&dir.join(&files[0].0), &files[0].1, &rec.hidden_states())?;
     crate::npy::write_f32(&dir.join(&files[1].0), &files[1].1, rec.attentions())?;
-    for (stage, (name, shape)) in Stage::ALL.iter().zip(&files[2..]) {
-        crate::npy::write_f32(&dir.join(name), shape, rec.get(*stage))?;
+    for (stage, (name, shape)) in d.stages().zip(&files[2..]) {
+        crate::npy::write_f32(&dir.join(name), shape, rec.get(stage))?;
     }
     Ok(())
 }

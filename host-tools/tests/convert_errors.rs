@@ -82,18 +82,107 @@ fn the_unedited_checkpoint_converts() {
 
 #[test]
 fn other_architectures_are_named_with_what_is_supported() {
-    for (model_type, arch) in [("llama", "LlamaForCausalLM"), ("gpt_neox", "GPTNeoXForCausalLM"), ("bert", "BertForMaskedLM"), ("something_new", "")] {
+    for (model_type, arch) in [("mistral", "MistralForCausalLM"), ("gpt_neox", "GPTNeoXForCausalLM"), ("bert", "BertForMaskedLM"), ("something_new", "")] {
         let dir = neo(model_type);
         edit_config(&dir, |j| {
             j.insert("model_type".into(), model_type.into());
             j.insert("architectures".into(), if arch.is_empty() { Value::Null } else { serde_json::json!([arch]) });
         });
         let text = error(&dir);
-        assert_says(&text, &["config.json", &format!("model_type \"{model_type}\""), "not supported", "gpt2", "gpt_neo"]);
+        assert_says(&text, &["config.json", &format!("model_type \"{model_type}\""), "not supported", "gpt2", "gpt_neo", "llama"]);
         if !arch.is_empty() {
             assert_says(&text, &[arch]);
         }
     }
+}
+
+/// A 2-layer Llama (C 32, 4 heads on 2 key/value heads, MLP 48, untied head).
+fn llama(name: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("host-tools-convert-errors-{}-llama-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let shape = RandomShape { tied: false, ..RandomShape::llama(2, 32, 4, 2, 48, 60, 16) };
+    write_random(&dir, shape, 6).unwrap();
+    Scratch(dir)
+}
+
+#[test]
+fn the_unedited_llama_checkpoint_converts() {
+    let dir = llama("ok");
+    let c = convert(&dir, &ConvertOptions::default()).unwrap().config;
+    assert_eq!((c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.n_inner, c.gated_mlp, c.qkv_bias), (2, 32, 4, 2, 8, 48, true, false));
+    assert_eq!(c.positions, runtime::config::Positions::Rope { theta: 10000.0 });
+    // transformers 4.x writes rope_theta at the top level only, and no rope_parameters
+    let dir = llama("v4-theta");
+    edit_config(&dir, |j| {
+        j.remove("rope_parameters");
+        j.insert("rope_theta".into(), 500000.0.into());
+        j.insert("rope_scaling".into(), Value::Null);
+    });
+    let c = convert(&dir, &ConvertOptions::default()).unwrap().config;
+    assert_eq!(c.positions, runtime::config::Positions::Rope { theta: 500000.0 });
+}
+
+/// Hostile Llama configs: each stops with one line naming the field and its value.
+#[test]
+fn llama_configs_the_runtime_does_not_compute_are_refused_by_name() {
+    let cases: [ConfigCase; 11] = [
+        ("linear", |j| {
+            j.insert("rope_scaling".into(), serde_json::json!({"type": "linear", "factor": 2.0}));
+        }, &["rope_scaling", "\"linear\"", "not supported"]),
+        ("llama3", |j| {
+            j.insert("rope_parameters".into(), serde_json::json!({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}));
+        }, &["rope_parameters", "\"llama3\"", "not supported"]),
+        ("yarn", |j| {
+            j.insert("rope_scaling".into(), serde_json::json!({"rope_type": "yarn", "factor": 4.0}));
+        }, &["rope_scaling", "\"yarn\""]),
+        ("dynamic", |j| {
+            j.insert("rope_scaling".into(), serde_json::json!({"type": "dynamic", "factor": 2.0}));
+        }, &["\"dynamic\""]),
+        ("longrope", |j| {
+            j.insert("rope_scaling".into(), serde_json::json!({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}));
+        }, &["\"longrope\""]),
+        ("act", |j| {
+            j.insert("hidden_act".into(), "gelu".into());
+        }, &["hidden_act \"gelu\"", "silu"]),
+        ("kv-heads", |j| {
+            j.insert("num_key_value_heads".into(), 3.into());
+        }, &["num_key_value_heads 3 does not divide num_attention_heads 4"]),
+        ("theta", |j| {
+            j.insert("rope_parameters".into(), serde_json::json!({"rope_type": "default", "rope_theta": -1.0}));
+            j.remove("rope_theta");
+        }, &["rope_theta -1", "positive"]),
+        ("theta-disagree", |j| {
+            j.insert("rope_theta".into(), 1000.0.into());
+        }, &["rope_theta 1000", "rope_parameters.rope_theta 10000", "disagree"]),
+        ("partial", |j| {
+            j.insert("partial_rotary_factor".into(), 0.5.into());
+        }, &["partial_rotary_factor 0.5"]),
+        ("head-dim", |j| {
+            j.insert("head_dim".into(), 7.into());
+        }, &["HeadDim", "7"]),
+    ];
+    for (name, edit, says) in cases {
+        let dir = llama(name);
+        edit_config(&dir, edit);
+        let text = error(&dir);
+        assert_says(&text, &["config.json"]);
+        assert_says(&text, says);
+    }
+    // a missing and a mis-shaped tensor name the Hugging Face key and the shapes
+    let dir = llama("missing-k");
+    edit_tensors(&dir, |t| t.retain(|(n, _, _)| n != "model.layers.1.self_attn.k_proj.weight"));
+    assert_says(&error(&dir), &["tensor model.layers.1.self_attn.k_proj.weight missing", "[16, 32]"]);
+    let dir = llama("k-as-q");
+    edit_tensors(&dir, |t| {
+        // k_proj written with every query head (no grouped-query attention)
+        let k = t.iter_mut().find(|(n, _, _)| n == "model.layers.0.self_attn.k_proj.weight").unwrap();
+        k.1 = vec![32, 32];
+        k.2 = vec![0.0; 32 * 32];
+    });
+    assert_says(&error(&dir), &["tensor model.layers.0.self_attn.k_proj.weight has shape [32, 32], expected [16, 32]"]);
+    let dir = llama("no-head");
+    edit_tensors(&dir, |t| t.retain(|(n, _, _)| n != "lm_head.weight"));
+    assert_says(&error(&dir), &["tie_word_embeddings = false", "lm_head.weight is missing"]);
 }
 
 /// A named edit of config.json and what the error must say.

@@ -18,12 +18,12 @@ fn blob(dtype: WeightDType) -> Vec<u8> {
 fn inspect_shows_the_local_layers_and_the_kv_bytes_per_layer() {
     let text = inspect(&blob(WeightDType::F32), None).unwrap();
     for line in [
-        "blob format v2",
+        "blob format v3",
         "architecture gpt_neo  q/k/v bias false",
         "scale_attn_weights false",
         "attention: window 8; local layers 1, 3 (2 of 4), global layers 0, 2",
         // 2 · (2 · 64 + 2 · 8) positions · 32 · 4 B
-        "KV cache (f32 )                  36864 bytes  = 2 · (2 global · ctx 64 + 2 local · 8) · n_embd 32 · 4",
+        "KV cache (f32 )                  36864 bytes  = 2 · (2 global · ctx 64 + 2 local · 8) · C_kv 32 · 4",
         "global layers 0, 2: 64 positions, 16384 / 8192 / 8192 each",
         "local layers 1, 3: a ring of 8 positions (min(ctx, window 8)), 2048 / 1024 / 1024 each",
     ] {

@@ -1,12 +1,15 @@
-//! Blob format v2: the one definition shared by the writer (`host-tools convert`) and the reader
-//! ([`crate::Model::from_blob`]). See `docs/blob-format.md` for the diagram. Version 1 blobs
-//! (GPT-2 only, no source vocabulary) still load: their header is decoded with the v1 layout
-//! ([`v1`]) and turned into the v2 one.
+//! Blob format v3: the one definition shared by the writer (`host-tools convert`) and the reader
+//! ([`crate::Model::from_blob`]). See `docs/blob-format.md` for the diagram. Older blobs still
+//! load: a version 1 header (GPT-2 only, no source vocabulary, [`v1`]) and a version 2 header
+//! (GPT-2 and GPT-Neo, [`v2`]) are decoded with their own frozen layouts and turned into the v3
+//! one. v3 added the Llama family's config fields (RMSNorm, RoPE, gated MLP, grouped-query
+//! heads, an explicit head width, optional biases); which tensors a blob holds, and their
+//! shapes, follow from its config ([`Role::shape`]).
 //!
 //! ```text
 //! offset  size  field (all integers little-endian)
 //! 0       8     magic  b"GPT2MCU\0"
-//! 8       4     version (= 2; 1 is read too)
+//! 8       4     version (= 3; 1 and 2 are read too)
 //! 12      4     crc32: CRC-32/ISO-HDLC (zlib's crc32) of bytes 16..file_len
 //! 16      4     header_len: bytes of the postcard header that follows the preamble
 //! 20      4     reserved (0)
@@ -28,7 +31,7 @@ use crate::error::Error;
 /// First eight bytes of every blob.
 pub const MAGIC: [u8; 8] = *b"GPT2MCU\0";
 /// Format version written by this crate (the newest it reads).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Oldest format version this crate reads.
 pub const MIN_VERSION: u32 = 1;
 /// Size of the fixed preamble before the postcard header.
@@ -65,7 +68,12 @@ pub enum Role {
     MlpCProjBias,
 }
 
-/// The per-layer roles, in the order the converter writes them.
+/// The global roles, in the order the converter writes them (those the config has:
+/// [`Role::shape`]; `LmHead` only for an untied head).
+pub const GLOBAL_ROLES: [Role; 5] = [Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias, Role::LmHead];
+
+/// The per-layer roles, in the order the converter writes them (those the config has:
+/// [`Role::shape`]).
 pub const LAYER_ROLES: [Role; 12] = [
     Role::Ln1Weight,
     Role::Ln1Bias,
@@ -107,6 +115,41 @@ impl Role {
         }
     }
 
+    /// The shape `[rows, cols]` of this role's tensor in a model of `config` (vectors are
+    /// `[n, 1]`), or None when such a model has no such tensor: no `wpe` with RoPE, no norm
+    /// biases with RMSNorm, no bias the config turns off. The one place that says which
+    /// tensors a blob holds; the converter and [`crate::Model::from_blob`] both ask it.
+    /// (`LmHead` is optional even where this gives a shape: without it the head is `wte`.)
+    ///
+    /// `attn.c_attn` stacks q | k | v: `[C_q + 2·C_kv, C]`; `attn.c_proj` is `[C, C_q]`;
+    /// `mlp.c_fc` is `[I, C]`, or `[2·I, C]` stacking gate | up for a gated MLP.
+    pub const fn shape(self, config: &Config) -> Option<[usize; 2]> {
+        use Role::*;
+        let (c, v) = (config.n_embd(), config.vocab_size());
+        let (norm_bias, learned) = (config.norm_bias(), config.learned_positions());
+        const fn vector(n: usize, present: bool) -> Option<[usize; 2]> {
+            if present {
+                Some([n, 1])
+            } else {
+                None
+            }
+        }
+        match self {
+            Wte | LmHead => Some([v, c]),
+            Wpe => if learned { Some([config.n_ctx(), c]) } else { None },
+            LnFWeight | Ln1Weight | Ln2Weight => Some([c, 1]),
+            LnFBias | Ln1Bias | Ln2Bias => vector(c, norm_bias),
+            AttnCAttnWeight => Some([config.qkv_rows(), c]),
+            AttnCAttnBias => vector(config.qkv_rows(), config.qkv_bias),
+            AttnCProjWeight => Some([c, config.q_dim()]),
+            AttnCProjBias => vector(c, config.attn_out_bias),
+            MlpCFcWeight => Some([config.mlp_rows(), c]),
+            MlpCFcBias => vector(config.mlp_rows(), config.mlp_bias),
+            MlpCProjWeight => Some([c, config.n_inner()]),
+            MlpCProjBias => vector(c, config.mlp_bias),
+        }
+    }
+
     /// True for the 2-D weight matrices (the ones a quantizing converter may narrow).
     pub const fn is_matrix(self) -> bool {
         use Role::*;
@@ -137,6 +180,33 @@ impl Role {
             MlpCFcBias => "mlp.c_fc.bias",
             MlpCProjWeight => "mlp.c_proj.weight",
             MlpCProjBias => "mlp.c_proj.bias",
+        }
+    }
+
+    /// The family's own name for this role's tensor, as its checkpoint spells it (without the
+    /// `transformer.` / `model.` and layer prefixes): GPT-2's suffix, GPT-Neo's `attn.attention.*`
+    /// projections, Llama's `self_attn.*`, `mlp.gate_proj|up_proj`, … Stacked tensors name their
+    /// parts with `|`.
+    pub const fn family_suffix(self, arch: crate::config::Arch) -> &'static str {
+        use crate::config::Arch;
+        use Role::*;
+        match (arch, self) {
+            (Arch::GptNeo, AttnCAttnWeight) => "attn.attention.q_proj|k_proj|v_proj.weight",
+            (Arch::GptNeo, AttnCProjWeight) => "attn.attention.out_proj.weight",
+            (Arch::GptNeo, AttnCProjBias) => "attn.attention.out_proj.bias",
+            (Arch::Llama, Wte) => "embed_tokens.weight",
+            (Arch::Llama, LnFWeight) => "norm.weight",
+            (Arch::Llama, Ln1Weight) => "input_layernorm.weight",
+            (Arch::Llama, Ln2Weight) => "post_attention_layernorm.weight",
+            (Arch::Llama, AttnCAttnWeight) => "self_attn.q_proj|k_proj|v_proj.weight",
+            (Arch::Llama, AttnCAttnBias) => "self_attn.q_proj|k_proj|v_proj.bias",
+            (Arch::Llama, AttnCProjWeight) => "self_attn.o_proj.weight",
+            (Arch::Llama, AttnCProjBias) => "self_attn.o_proj.bias",
+            (Arch::Llama, MlpCFcWeight) => "mlp.gate_proj|up_proj.weight",
+            (Arch::Llama, MlpCFcBias) => "mlp.gate_proj|up_proj.bias",
+            (Arch::Llama, MlpCProjWeight) => "mlp.down_proj.weight",
+            (Arch::Llama, MlpCProjBias) => "mlp.down_proj.bias",
+            (_, r) => r.hf_suffix(),
         }
     }
 
@@ -315,9 +385,10 @@ pub mod v1 {
     }
 
     impl Config {
-        /// The v2 config of a v1 blob: GPT-2, every layer global, q/k/v biases.
+        /// The config of a v1 blob: GPT-2, every layer global, q/k/v biases (through the v2
+        /// layout, which is v1's plus those fields).
         pub const fn upgrade(self) -> crate::Config {
-            crate::Config {
+            super::v2::Config {
                 vocab_size: self.vocab_size,
                 n_ctx: self.n_ctx,
                 n_embd: self.n_embd,
@@ -335,17 +406,112 @@ pub mod v1 {
                 attn_window: 0,
                 local_layers: LayerMask::NONE,
             }
+            .upgrade()
         }
     }
 
     impl<'a> Header<'a> {
-        /// The v2 header of a v1 blob.
+        /// The v3 header of a v1 blob.
         pub const fn upgrade(self) -> super::Header<'a> {
             super::Header {
                 config: self.config.upgrade(),
                 provenance: self.provenance,
                 tokenizer: self.tokenizer,
                 source_vocab: None,
+                n_tensors: self.n_tensors,
+            }
+        }
+    }
+}
+
+/// Format v2 (read only): the header layout of GPT-2 and GPT-Neo blobs before the Llama family.
+/// Its config has no key/value-head count, head width, norm, position, MLP-gate or bias fields:
+/// every v2 blob is multi-head with D = C / H, LayerNorm, learned positions, a plain MLP, and
+/// biases on the attention output and the MLP (q/k/v biases as its `qkv_bias` says).
+pub mod v2 {
+    use serde::{Deserialize, Serialize};
+
+    use super::{Provenance, Section, SourceVocab};
+    use crate::config::{Activation, Arch, LayerMask, Norm, Positions};
+
+    /// The v2 [`crate::Config`]: the same fields in the same order, without the v3 ones.
+    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+    #[allow(missing_docs)]
+    pub struct Config {
+        pub vocab_size: u32,
+        pub n_ctx: u32,
+        pub n_embd: u32,
+        pub n_layer: u32,
+        pub n_head: u32,
+        pub n_inner: u32,
+        pub layer_norm_epsilon: f32,
+        pub activation: Activation,
+        pub scale_attn_weights: bool,
+        pub scale_attn_by_inverse_layer_idx: bool,
+        pub bos_token_id: u32,
+        pub eos_token_id: u32,
+        pub arch: Arch,
+        pub qkv_bias: bool,
+        pub attn_window: u32,
+        pub local_layers: LayerMask,
+    }
+
+    /// The v2 [`super::Header`] (the same as v3's but for the config).
+    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+    #[allow(missing_docs)]
+    pub struct Header<'a> {
+        pub config: Config,
+        #[serde(borrow)]
+        pub provenance: Provenance<'a>,
+        pub tokenizer: Option<Section>,
+        pub source_vocab: Option<SourceVocab>,
+        pub n_tensors: u32,
+    }
+
+    impl Config {
+        /// The v3 config of a v2 blob (D = C / H, which a v2 config required to be whole).
+        pub const fn upgrade(self) -> crate::Config {
+            crate::Config {
+                vocab_size: self.vocab_size,
+                n_ctx: self.n_ctx,
+                n_embd: self.n_embd,
+                n_layer: self.n_layer,
+                n_head: self.n_head,
+                n_inner: self.n_inner,
+                layer_norm_epsilon: self.layer_norm_epsilon,
+                activation: self.activation,
+                scale_attn_weights: self.scale_attn_weights,
+                scale_attn_by_inverse_layer_idx: self.scale_attn_by_inverse_layer_idx,
+                bos_token_id: self.bos_token_id,
+                eos_token_id: self.eos_token_id,
+                arch: self.arch,
+                qkv_bias: self.qkv_bias,
+                attn_window: self.attn_window,
+                local_layers: self.local_layers,
+                n_kv_head: self.n_head,
+                // a v2 config with n_embd not a multiple of n_head was invalid and stays so:
+                // D = 0 fails validation
+                head_dim: match self.n_embd.checked_div(self.n_head) {
+                    Some(d) if d * self.n_head == self.n_embd => d,
+                    _ => 0,
+                },
+                norm: Norm::LayerNorm,
+                positions: Positions::Learned,
+                gated_mlp: false,
+                attn_out_bias: true,
+                mlp_bias: true,
+            }
+        }
+    }
+
+    impl<'a> Header<'a> {
+        /// The v3 header of a v2 blob.
+        pub const fn upgrade(self) -> super::Header<'a> {
+            super::Header {
+                config: self.config.upgrade(),
+                provenance: self.provenance,
+                tokenizer: self.tokenizer,
+                source_vocab: self.source_vocab,
                 n_tensors: self.n_tensors,
             }
         }
@@ -489,7 +655,7 @@ static CRC_TABLE: [u32; 256] = {
 /// The range of the blob the checksum covers.
 pub const CRC_START: usize = 16;
 
-/// Parses the header (a v1 header is upgraded to v2, see [`v1`]) and returns it with the bytes
+/// Parses the header (a v1 or v2 header is upgraded to v3, see [`v1`], [`v2`]) and returns it with the bytes
 /// of the tensor table that follow it.
 pub fn parse_header<'a>(blob: &'a [u8], pre: &Preamble) -> Result<(Header<'a>, &'a [u8]), Error> {
     let end = PREAMBLE_LEN + pre.header_len as usize;
@@ -499,6 +665,7 @@ pub fn parse_header<'a>(blob: &'a [u8], pre: &Preamble) -> Result<(Header<'a>, &
     })?;
     let parsed = match pre.version {
         1 => postcard::take_from_bytes::<v1::Header<'_>>(bytes).map(|(h, rest)| (h.upgrade(), rest)),
+        2 => postcard::take_from_bytes::<v2::Header<'_>>(bytes).map(|(h, rest)| (h.upgrade(), rest)),
         _ => postcard::take_from_bytes::<Header<'_>>(bytes),
     };
     parsed.map_err(|_| Error::BadHeader)
@@ -565,14 +732,14 @@ mod tests {
             Preamble::parse(b"PK\x03\x04 zip file, not a blob at all......"),
             Err(Error::BadMagic { found: u32::from_le_bytes(*b"PK\x03\x04") })
         );
-        for version in [0, 3, u32::MAX] {
+        for version in [0, 4, u32::MAX] {
             let p = Preamble { version, crc32: 0, header_len: 0, file_len: 32 };
             assert_eq!(
                 Preamble::parse(&p.to_bytes()),
-                Err(Error::UnsupportedVersion { found: version, supported: 2 })
+                Err(Error::UnsupportedVersion { found: version, supported: 3 })
             );
         }
-        for version in [1, 2] {
+        for version in [1, 2, 3] {
             let p = Preamble { version, crc32: 0, header_len: 0, file_len: 32 };
             assert_eq!(Preamble::parse(&p.to_bytes()).map(|p| p.version), Ok(version));
         }

@@ -1,6 +1,19 @@
 //! The model configuration: the numbers that fix every shape (Hugging Face `GPT2Config`, and
-//! `GPTNeoConfig` in the same words). The two families differ only in data here: which layers
-//! attend to a window of recent positions, whether q/k/v have biases, and the attention scale.
+//! `GPTNeoConfig` and `LlamaConfig` in the same words). The families differ only in data here:
+//!
+//! | field | GPT-2 | GPT-Neo | Llama |
+//! |---|---|---|---|
+//! | [`Config::norm`] | LayerNorm | LayerNorm | RMSNorm |
+//! | [`Config::positions`] | learned (`wpe`) | learned | RoPE (θ) |
+//! | [`Config::activation`], [`Config::gated_mlp`] | GELU | GELU | SiLU, gated: `down(silu(gate(x)) · up(x))` |
+//! | [`Config::n_kv_head`] | = `n_head` | = `n_head` | divides `n_head` (grouped-query) |
+//! | [`Config::head_dim`] | C / H | C / H | any (`head_dim` in `config.json`) |
+//! | [`Config::qkv_bias`], [`Config::attn_out_bias`], [`Config::mlp_bias`] | all | q/k/v none | `attention_bias`, `mlp_bias` |
+//! | local layers ([`Config::local_layers`]) | none | some | none |
+//! | scores scaled by 1/√D | yes | no | yes |
+//!
+//! The forward pass ([`crate::Session`]) reads these at a few branch points and is otherwise one
+//! function for all three.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +28,30 @@ pub enum Activation {
     GeluErf,
     /// `relu`: max(x, 0).
     Relu,
+    /// `silu` (Llama's `hidden_act`): x·σ(x) = x / (1 + e^(−x)).
+    Silu,
+}
+
+/// The normalisation before attention, before the MLP and before the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Norm {
+    /// `nn.LayerNorm`: (x − mean) / √(var + ε) · weight + bias.
+    LayerNorm,
+    /// `LlamaRMSNorm`: x / √(mean(x²) + ε) · weight (no bias, no centring).
+    RmsNorm,
+}
+
+/// How the model knows where a token is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Positions {
+    /// A learned embedding per position (`wpe`, `n_ctx` rows) added to the token's.
+    Learned,
+    /// Rotary position embedding on q and k after their product, in Hugging Face's rotate-half
+    /// pairing (element i with i + D/2), angle `pos · θ^(−2i/D)`.
+    Rope {
+        /// θ (`rope_theta`, 10000 in Llama 1/2).
+        theta: f32,
+    },
 }
 
 /// The checkpoint family a blob was converted from. For display only: the forward pass never
@@ -25,6 +62,9 @@ pub enum Arch {
     Gpt2,
     /// `GPTNeoForCausalLM` (`model_type: "gpt_neo"`): TinyStories, TinyTalk, GPT-Neo 125M…2.7B.
     GptNeo,
+    /// `LlamaForCausalLM` (`model_type: "llama"`): Llama 1/2/3-shaped models, TinyLlama, SmolLM,
+    /// llama2.c's stories models.
+    Llama,
 }
 
 impl Arch {
@@ -33,6 +73,7 @@ impl Arch {
         match self {
             Arch::Gpt2 => "gpt2",
             Arch::GptNeo => "gpt_neo",
+            Arch::Llama => "llama",
         }
     }
 }
@@ -128,10 +169,11 @@ impl LayerMask {
     }
 }
 
-/// Shapes and hyper-parameters of a GPT-2 or GPT-Neo model, stored in the blob header.
+/// Shapes and hyper-parameters of a GPT-2, GPT-Neo or Llama model, stored in the blob header.
 ///
-/// Shape legend used across the crate: C = `n_embd`, H = `n_head`, D = C / H (head_dim),
-/// I = `n_inner`, V = `vocab_size`, T = tokens.
+/// Shape legend used across the crate: C = `n_embd`, H = `n_head`, H_kv = `n_kv_head`,
+/// D = `head_dim` (C / H for GPT-2 and GPT-Neo), C_q = H·D (q and the attention output),
+/// C_kv = H_kv·D (k and v), I = `n_inner`, V = `vocab_size`, T = tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Config {
     /// V: number of tokens in the vocabulary (rows of `wte`).
@@ -142,11 +184,11 @@ pub struct Config {
     pub n_embd: u32,
     /// Number of transformer blocks.
     pub n_layer: u32,
-    /// H: attention heads per block (C must be a multiple of H).
+    /// H: attention heads (queries) per block.
     pub n_head: u32,
     /// I: width of the MLP hidden layer (4·C when `config.json` says null).
     pub n_inner: u32,
-    /// ε added to the variance in every LayerNorm.
+    /// ε added to the variance (LayerNorm) or the mean square (RMSNorm) in every norm.
     pub layer_norm_epsilon: f32,
     /// MLP nonlinearity.
     pub activation: Activation,
@@ -169,6 +211,25 @@ pub struct Config {
     /// The layers that attend locally (GPT-Neo's `"local"` entries of `attention_layers`); the
     /// others attend to every earlier position.
     pub local_layers: LayerMask,
+    /// H_kv: key/value heads (`num_key_value_heads`): H for multi-head attention, a divisor of H
+    /// for grouped-query attention (query head h reads key/value head h / (H / H_kv)), 1 for
+    /// multi-query. The KV cache holds H_kv heads.
+    pub n_kv_head: u32,
+    /// D: the width of one attention head (`head_dim`; C / H unless the checkpoint says
+    /// otherwise).
+    pub head_dim: u32,
+    /// LayerNorm (GPT-2, GPT-Neo) or RMSNorm (Llama).
+    pub norm: Norm,
+    /// Learned position embeddings (GPT-2, GPT-Neo) or RoPE (Llama).
+    pub positions: Positions,
+    /// The MLP's first product gives `[gate | up]` (2·I rows) and the hidden layer is
+    /// `act(gate) · up` (Llama's SwiGLU); otherwise it gives I rows and the hidden layer is
+    /// `act(fc)`.
+    pub gated_mlp: bool,
+    /// Whether the attention output projection (`attn.c_proj`, `o_proj`) has a bias.
+    pub attn_out_bias: bool,
+    /// Whether the MLP's products have biases.
+    pub mlp_bias: bool,
 }
 
 impl Config {
@@ -196,6 +257,38 @@ impl Config {
             qkv_bias: true,
             attn_window: 0,
             local_layers: LayerMask::NONE,
+            n_kv_head: n_head,
+            head_dim: match n_embd.checked_div(n_head) {
+                Some(d) => d,
+                None => 0,
+            },
+            norm: Norm::LayerNorm,
+            positions: Positions::Learned,
+            gated_mlp: false,
+            attn_out_bias: true,
+            mlp_bias: true,
+        }
+    }
+
+    /// A Llama configuration (`LlamaConfig`'s defaults but for the shape): RMSNorm with ε 1e-5,
+    /// RoPE with θ = 10000, a gated SiLU MLP of `n_inner`, no biases, D = C / H, BOS 1 and
+    /// EOS 2 (SentencePiece's ids). A `const fn` like [`Config::gpt2`].
+    pub const fn llama(vocab_size: u32, n_ctx: u32, n_embd: u32, n_layer: u32, n_head: u32, n_kv_head: u32, n_inner: u32) -> Self {
+        let gpt2 = Self::gpt2(vocab_size, n_ctx, n_embd, n_layer, n_head);
+        Config {
+            n_inner,
+            activation: Activation::Silu,
+            bos_token_id: if vocab_size > 1 { 1 } else { 0 },
+            eos_token_id: if vocab_size > 2 { 2 } else { 0 },
+            arch: Arch::Llama,
+            qkv_bias: false,
+            n_kv_head,
+            norm: Norm::RmsNorm,
+            positions: Positions::Rope { theta: 10000.0 },
+            gated_mlp: true,
+            attn_out_bias: false,
+            mlp_bias: false,
+            ..gpt2
         }
     }
 
@@ -207,12 +300,48 @@ impl Config {
     pub const fn n_head(&self) -> usize {
         self.n_head as usize
     }
-    /// D = C / H, the width of one attention head.
+    /// D, the width of one attention head.
     pub const fn head_dim(&self) -> usize {
-        match self.n_embd.checked_div(self.n_head) {
-            Some(d) => d as usize,
-            None => 0,
+        self.head_dim as usize
+    }
+    /// H_kv as `usize`.
+    pub const fn n_kv_head(&self) -> usize {
+        self.n_kv_head as usize
+    }
+    /// C_q = H·D: the width of the queries and of the attention output (`c_proj`'s input).
+    pub const fn q_dim(&self) -> usize {
+        (self.n_head as usize).saturating_mul(self.head_dim as usize)
+    }
+    /// C_kv = H_kv·D: the width of the keys and of the values (a KV-cache row).
+    pub const fn kv_dim(&self) -> usize {
+        (self.n_kv_head as usize).saturating_mul(self.head_dim as usize)
+    }
+    /// Rows of the stacked q|k|v product (`attn.c_attn`): C_q + 2·C_kv (3C for GPT-2).
+    pub const fn qkv_rows(&self) -> usize {
+        self.q_dim().saturating_add(self.kv_dim().saturating_mul(2))
+    }
+    /// Rows of the MLP's first product (`mlp.c_fc`): 2·I (gate | up) when gated, else I.
+    pub const fn mlp_rows(&self) -> usize {
+        if self.gated_mlp {
+            (self.n_inner as usize).saturating_mul(2)
+        } else {
+            self.n_inner as usize
         }
+    }
+    /// Query heads per key/value head (H / H_kv, 1 without grouped-query attention).
+    pub const fn kv_group(&self) -> usize {
+        match self.n_head.checked_div(self.n_kv_head) {
+            Some(g) => g as usize,
+            None => 1,
+        }
+    }
+    /// True when position embeddings are learned (the blob has `wpe`).
+    pub const fn learned_positions(&self) -> bool {
+        matches!(self.positions, Positions::Learned)
+    }
+    /// True when the norms have a bias (LayerNorm; RMSNorm has none).
+    pub const fn norm_bias(&self) -> bool {
+        matches!(self.norm, Norm::LayerNorm)
     }
     /// I as `usize`.
     pub const fn n_inner(&self) -> usize {
@@ -271,8 +400,22 @@ impl Config {
         if self.n_layer == 0 || self.n_layer > 1024 {
             return bad(ConfigField::NLayer, self.n_layer);
         }
-        if self.n_head == 0 || !self.n_embd.is_multiple_of(self.n_head) {
+        if self.n_head == 0 || self.n_head > MAX_DIM {
             return bad(ConfigField::NHead, self.n_head);
+        }
+        // every query head reads one key/value head: H_kv divides H
+        if self.n_kv_head == 0 || !self.n_head.is_multiple_of(self.n_kv_head) {
+            return bad(ConfigField::NKvHead, self.n_kv_head);
+        }
+        // RoPE rotates pairs (i, i + D/2): D even; C_q at most 4·MAX_DIM
+        let rope = !self.learned_positions();
+        if self.head_dim == 0 || self.head_dim > MAX_DIM || (rope && !self.head_dim.is_multiple_of(2)) || self.q_dim() > 4 * MAX_DIM as usize {
+            return bad(ConfigField::HeadDim, self.head_dim);
+        }
+        if let Positions::Rope { theta } = self.positions {
+            if !(theta.is_finite() && theta > 0.0) {
+                return Err(Error::BadConfig { what: ConfigField::RopeTheta, value: theta.to_bits() as u64 });
+            }
         }
         if self.n_inner == 0 || self.n_inner > 4 * MAX_DIM {
             return bad(ConfigField::NInner, self.n_inner);
@@ -335,6 +478,13 @@ mod tests {
             qkv_bias: false,
             attn_window: 5,
             local_layers: LayerMask::NONE.with(1).with(3),
+            n_kv_head: 2,
+            head_dim: 4,
+            norm: Norm::LayerNorm,
+            positions: Positions::Learned,
+            gated_mlp: false,
+            attn_out_bias: true,
+            mlp_bias: true,
         };
         assert_eq!(gpt_neo.validate(), Ok(()));
         assert_eq!((gpt_neo.layer_capacity(0, 16), gpt_neo.layer_capacity(1, 16), gpt_neo.layer_capacity(1, 3)), (16, 5, 3));
@@ -344,5 +494,29 @@ mod tests {
         assert_eq!(beyond.validate(), Err(Error::BadConfig { what: ConfigField::LocalLayers, value: 4 }));
         // no local layer: the window is not used, any value is fine
         assert_eq!(Config { local_layers: LayerMask::NONE, attn_window: 0, ..gpt_neo }.validate(), Ok(()));
+    }
+
+    #[test]
+    fn llama_shapes_and_grouped_query_limits() {
+        // stories260K: 64 wide, 8 heads on 4 key/value heads, MLP 172
+        let c = Config::llama(512, 512, 64, 5, 8, 4, 172);
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!((c.head_dim(), c.q_dim(), c.kv_dim(), c.qkv_rows(), c.mlp_rows(), c.kv_group()), (8, 64, 32, 128, 344, 2));
+        assert!(!c.learned_positions() && !c.norm_bias());
+        // an explicit head_dim: C_q need not be C
+        let wide = Config { head_dim: 32, ..c };
+        assert_eq!((wide.validate(), wide.q_dim(), wide.qkv_rows()), (Ok(()), 256, 512));
+        for (bad, what, value) in [
+            (Config { n_kv_head: 3, ..c }, ConfigField::NKvHead, 3),
+            (Config { n_kv_head: 0, ..c }, ConfigField::NKvHead, 0),
+            (Config { head_dim: 7, ..c }, ConfigField::HeadDim, 7),
+            (Config { head_dim: 0, ..c }, ConfigField::HeadDim, 0),
+        ] {
+            assert_eq!(bad.validate(), Err(Error::BadConfig { what, value }));
+        }
+        // an odd head_dim is fine with learned positions (nothing is rotated)
+        assert_eq!(Config { head_dim: 7, positions: Positions::Learned, ..c }.validate(), Ok(()));
+        let nan = Config { positions: Positions::Rope { theta: f32::NAN }, ..c };
+        assert_eq!(nan.validate(), Err(Error::BadConfig { what: ConfigField::RopeTheta, value: f32::NAN.to_bits() as u64 }));
     }
 }

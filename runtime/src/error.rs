@@ -129,6 +129,14 @@ pub enum Error {
         source_vocab_size: u32,
     },
 
+    /// A layer index past the model's last block ([`crate::Model::layer`]).
+    LayerOutOfRange {
+        /// The layer asked for.
+        layer: usize,
+        /// The model's layers.
+        n_layer: usize,
+    },
+
     // ---- session memory and context ----------------------------------------------------------
     /// A caller-provided buffer is too small.
     ArenaTooSmall {
@@ -217,6 +225,12 @@ pub enum ConfigField {
     AttnWindow,
     /// `local_layers` (the value is a layer ≥ n_layer in the set).
     LocalLayers,
+    /// `n_kv_head` (0, or not a divisor of n_head).
+    NKvHead,
+    /// `head_dim` (0, too large, or odd with RoPE).
+    HeadDim,
+    /// RoPE's θ (the value is its f32 bit pattern): not finite and positive.
+    RopeTheta,
 }
 
 /// Which sampling parameter was rejected by [`Error::BadSamplerParam`].
@@ -285,6 +299,7 @@ impl fmt::Display for Error {
                 f,
                 "source id {id} of token {index} is outside the source vocabulary ({source_vocab_size} tokens)"
             ),
+            LayerOutOfRange { layer, n_layer } => write!(f, "layer {layer} does not exist (the model has {n_layer})"),
             ArenaTooSmall { needed, available } => write!(
                 f,
                 "activation arena too small: needs {needed} f32 ({} bytes), has {available} ({} bytes)",

@@ -1,7 +1,7 @@
 //! Kernels: the arithmetic of the forward pass, one function per PyTorch op.
 //!
-//! Shape legend: C = n_embd, H = n_head, D = C / H (head_dim), I = n_inner, V = vocab_size,
-//! T = tokens in the batch, S = positions attended to. Activations are row-major `[T, C]`;
+//! Shape legend: C = n_embd, H = n_head, H_kv = n_kv_head, D = head_dim (C / H for GPT-2),
+//! I = n_inner, V = vocab_size, T = tokens in the batch, S = positions attended to. Activations are row-major `[T, C]`;
 //! weight matrices are row-major `[out, in]` (see [`crate::blob`]).
 //!
 //! Every kernel here is total: slices of unexpected length are processed up to the shortest
@@ -10,8 +10,9 @@
 
 use half::f16;
 
+use crate::config::Norm;
 use crate::kv_cache::{HeadRows, KvHead};
-use crate::model::{Matrix, MatrixData};
+use crate::model::{Matrix, MatrixData, NormWeights};
 
 /// Cortex-M builds of [`dot_i8`] and [`dot_q4_group`], and whole q8 rows for [`linear`] (cargo
 /// features `arm-dsp`, `arm-helium`).
@@ -1250,19 +1251,92 @@ pub fn linear_ref(out: &mut [f32], x: &[f32], w: &[f32], rows: usize, cols: usiz
 }
 
 /// `out = (x - mean) / sqrt(var + eps) * weight + bias` over each row of `x` (`[T, C]`) —
-/// PyTorch `nn.LayerNorm` (population variance, eps inside the square root).
-pub fn layer_norm(out: &mut [f32], x: &[f32], weight: &[f32], bias: &[f32], eps: f32) {
+/// PyTorch `nn.LayerNorm` (population variance, eps inside the square root). Without a bias
+/// (`None`) nothing is added.
+pub fn layer_norm(out: &mut [f32], x: &[f32], weight: &[f32], bias: Option<&[f32]>, eps: f32) {
     let c = weight.len();
     if c == 0 {
         return;
     }
     for (xr, or) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
         let mean = xr.iter().sum::<f32>() / c as f32;
-        let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
-        let rstd = 1.0 / libm::sqrtf(var + eps);
-        for (((o, &v), &w), &b) in or.iter_mut().zip(xr).zip(weight).zip(bias) {
-            *o = (v - mean) * rstd * w + b;
+        let rstd = 1.0 / norm_scale(Norm::LayerNorm, xr, eps);
+        match bias {
+            Some(bias) => {
+                for (((o, &v), &w), &b) in or.iter_mut().zip(xr).zip(weight).zip(bias) {
+                    *o = (v - mean) * rstd * w + b;
+                }
+            }
+            None => {
+                for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
+                    *o = (v - mean) * rstd * w;
+                }
+            }
         }
+    }
+}
+
+/// `out = x / sqrt(mean(x²) + eps) * weight` over each row of `x` (`[T, C]`) — Hugging Face
+/// `LlamaRMSNorm` (no centring, no bias; `weight * (x * rsqrt(mean + eps))`, the same product).
+pub fn rms_norm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let c = weight.len();
+    if c == 0 {
+        return;
+    }
+    for (xr, or) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
+        let rstd = 1.0 / norm_scale(Norm::RmsNorm, xr, eps);
+        for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
+            *o = (v * rstd) * w;
+        }
+    }
+}
+
+/// The divisor a norm applies to one row (TransformerLens's `hook_scale`): √(var + ε) for
+/// LayerNorm (population variance), √(mean(x²) + ε) for RMSNorm. Sums run in element order.
+pub fn norm_scale(kind: Norm, x: &[f32], eps: f32) -> f32 {
+    let n = x.len().max(1) as f32;
+    let mean_square = match kind {
+        Norm::LayerNorm => {
+            let mean = x.iter().sum::<f32>() / n;
+            x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n
+        }
+        Norm::RmsNorm => x.iter().map(|v| v * v).sum::<f32>() / n,
+    };
+    libm::sqrtf(mean_square + eps)
+}
+
+/// The model's norm over each row of `x`: [`layer_norm`] or [`rms_norm`] as `kind` says.
+pub fn norm(kind: Norm, out: &mut [f32], x: &[f32], w: &NormWeights<'_>, eps: f32) {
+    match kind {
+        Norm::LayerNorm => layer_norm(out, x, w.weight, w.bias, eps),
+        Norm::RmsNorm => rms_norm(out, x, w.weight, eps),
+    }
+}
+
+/// The rotation angles of position `pos` for RoPE (Hugging Face's `LlamaRotaryEmbedding` with
+/// the default rope type): `cos[i] = cos(pos · f_i)`, `sin[i] = sin(pos · f_i)`, with
+/// `f_i = 1 / θ^(2i/D)` and D = 2·`cos.len()`. Computed as transformers computes them in f32
+/// (the exponent `(2i)/D` rounded to f32, then `powf`, the reciprocal, the product with the
+/// position), with `libm`, so every target gets the same bits.
+pub fn rope_angles(pos: usize, theta: f32, cos: &mut [f32], sin: &mut [f32]) {
+    let d = (2 * cos.len().min(sin.len())) as f32;
+    let p = pos as f32;
+    for (i, (c, s)) in cos.iter_mut().zip(sin.iter_mut()).enumerate() {
+        let inv_freq = 1.0 / libm::powf(theta, (2 * i) as f32 / d);
+        (*s, *c) = libm::sincosf(p * inv_freq);
+    }
+}
+
+/// Rotates one head's query or key (`x`, D values) by its position's angles, in Hugging Face's
+/// rotate-half pairing: element i pairs with i + D/2, and
+/// `(a, b) → (a·cos_i − b·sin_i, b·cos_i + a·sin_i)` (`q * cos + rotate_half(q) * sin`).
+pub fn rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = x.len() / 2;
+    let (lo, hi) = x.split_at_mut(half);
+    for (((a, b), &c), &s) in lo.iter_mut().zip(hi.iter_mut()).zip(cos).zip(sin) {
+        let (x0, x1) = (*a, *b);
+        *a = x0 * c - x1 * s;
+        *b = x1 * c + x0 * s;
     }
 }
 
@@ -1287,6 +1361,38 @@ pub fn activate(x: &mut [f32], act: crate::config::Activation) {
         GeluTanh => math::gelu_tanh_slice(x),
         GeluErf => x.iter_mut().for_each(|v| *v = gelu_erf(*v)),
         Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+        Silu => math::silu_slice(x),
+    }
+}
+
+/// A gated MLP's hidden layer from its first product, in place: `x` is `[T, 2·width]`, each
+/// row `gate | up`; afterwards `x[..T·width]` is `[T, width]` with row t = `act(gate_t) · up_t`
+/// (Llama's `act_fn(gate_proj(x)) * up_proj(x)`). Each row is computed inside its own span
+/// (split by whole rows across `par`'s threads: the same bits whatever the split), then the
+/// rows are moved down to be contiguous.
+pub fn gate_par(par: Option<&dyn Parallel>, x: &mut [f32], width: usize, act: crate::config::Activation) {
+    let row = 2 * width;
+    let rows = x.len() / row.max(1);
+    let gate_rows = |x: &mut [f32]| {
+        for r in x.chunks_exact_mut(row) {
+            let (gate, up) = r.split_at_mut(width);
+            activate(gate, act);
+            gate.iter_mut().zip(up.iter()).for_each(|(g, &u)| *g *= u);
+        }
+    };
+    let threads = if cfg!(feature = "std") { par.map_or(1, |p| p.threads()) } else { 1 };
+    match par {
+        Some(par) if threads > 1 && rows >= threads && x.len() >= PARALLEL_MIN_MACS / 4 => {
+            let per = rows.div_ceil(threads) * row;
+            let shared = Shared::new(x);
+            // SAFETY: task i alone takes values i·per..(i+1)·per (clamped to the buffer).
+            par.run(threads, &|i| gate_rows(unsafe { shared.range(i * per, (i + 1) * per) }));
+        }
+        _ => gate_rows(x),
+    }
+    // row t's result sits at t·2·width; row 0's is in place already
+    for t in 1..rows {
+        x.copy_within(t * row..t * row + width, t * width);
     }
 }
 
@@ -2254,7 +2360,7 @@ mod tests {
         assert!(close(mean, 1.28, 0.005), "mean {mean}");
         assert!(close(libm::sqrtf(var + 1e-5), 0.34, 0.005), "std {}", libm::sqrtf(var + 1e-5));
         let mut out = [0.0f32; 3];
-        layer_norm(&mut out, &x, &[1.0; 3], &[0.0; 3], 1e-5);
+        layer_norm(&mut out, &x, &[1.0; 3], Some(&[0.0; 3]), 1e-5);
         for (o, v) in out.iter().zip(x) {
             assert!(close(*o, (v - mean) / libm::sqrtf(var + 1e-5), 1e-5));
         }
@@ -2262,5 +2368,93 @@ mod tests {
         assert!(close(gelu_tanh(-0.33), -0.12, 0.005), "{}", gelu_tanh(-0.33));
         // exact and tanh forms agree to ~1e-3 in this range
         assert!(close(gelu_erf(-0.40), gelu_tanh(-0.40), 1e-3));
+    }
+
+    /// Naive f64 twins of the Llama kernels: RMSNorm, RoPE (rotate-half, angles from θ) and
+    /// the SiLU gate. The f32 kernels must agree to a few ulps; the exact values come from
+    /// PyTorch in the parity tests (tests/fixtures/llama_*).
+    fn rms_norm_ref(x: &[f32], w: &[f32], eps: f64) -> std::vec::Vec<f64> {
+        let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
+        x.iter().zip(w).map(|(&v, &w)| v as f64 / (ms + eps).sqrt() * w as f64).collect()
+    }
+
+    fn rope_ref(x: &[f32], pos: usize, theta: f64) -> std::vec::Vec<f64> {
+        let (d, half) = (x.len(), x.len() / 2);
+        let mut out = std::vec![0.0; d];
+        for i in 0..half {
+            let angle = pos as f64 / theta.powf((2 * i) as f64 / d as f64);
+            let (a, b) = (x[i] as f64, x[i + half] as f64);
+            out[i] = a * angle.cos() - b * angle.sin();
+            out[i + half] = b * angle.cos() + a * angle.sin();
+        }
+        out
+    }
+
+    #[test]
+    fn rms_norm_matches_its_naive_twin() {
+        let x: std::vec::Vec<f32> = (0..40).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.173).collect();
+        let w: std::vec::Vec<f32> = (0..20).map(|i| 0.5 + i as f32 * 0.05).collect();
+        let mut out = [0.0f32; 40];
+        rms_norm(&mut out, &x, &w, 1e-6);
+        for (row, (xr, or)) in x.chunks(20).zip(out.chunks(20)).enumerate() {
+            let want = rms_norm_ref(xr, &w, 1e-6);
+            for (i, (&o, &r)) in or.iter().zip(&want).enumerate() {
+                assert!((o as f64 - r).abs() <= 2e-6 * r.abs().max(1e-3), "row {row} col {i}: {o} vs {r}");
+            }
+            // the scale a tracer reports is the divisor the kernel used
+            let ms = xr.iter().map(|v| v * v).sum::<f32>() / 20.0;
+            assert_eq!(norm_scale(Norm::RmsNorm, xr, 1e-6), libm::sqrtf(ms + 1e-6));
+        }
+        // zero input, positive ε: zeros, not NaN
+        let mut z = [1.0f32; 4];
+        rms_norm(&mut z, &[0.0; 4], &[1.0; 4], 1e-5);
+        assert_eq!(z, [0.0; 4]);
+    }
+
+    #[test]
+    fn rope_matches_its_naive_twin_and_keeps_norms() {
+        let d = 16;
+        let x: std::vec::Vec<f32> = (0..d).map(|i| (i as f32 * 0.7).sin() + 0.1).collect();
+        for (pos, theta) in [(0usize, 10000.0f32), (1, 10000.0), (7, 10000.0), (511, 10000.0), (2047, 500000.0), (100, 1e6)] {
+            let (mut cos, mut sin) = (std::vec![0.0f32; d / 2], std::vec![0.0f32; d / 2]);
+            rope_angles(pos, theta, &mut cos, &mut sin);
+            let mut y = x.clone();
+            rope(&mut y, &cos, &sin);
+            let want = rope_ref(&x, pos, theta as f64);
+            for (i, (&o, &r)) in y.iter().zip(&want).enumerate() {
+                // the angle is pos · f in f32: its rounding grows with the position
+                let tol = 1e-6 + pos as f64 * 6e-8;
+                assert!((o as f64 - r).abs() <= tol, "pos {pos} θ {theta} element {i}: {o} vs {r}");
+            }
+            // a rotation: each pair keeps its length
+            for i in 0..d / 2 {
+                let (a, b) = (x[i] as f64, x[i + d / 2] as f64);
+                let (c, e) = (y[i] as f64, y[i + d / 2] as f64);
+                assert!(((a * a + b * b).sqrt() - (c * c + e * e).sqrt()).abs() < 1e-5);
+            }
+            if pos == 0 {
+                assert_eq!(y, x, "position 0 is not rotated");
+            }
+        }
+    }
+
+    #[test]
+    fn gated_mlp_is_silu_gate_times_up_and_compacts_rows() {
+        use crate::config::Activation;
+        let (t, width) = (3usize, 5usize);
+        let rows: std::vec::Vec<f32> = (0..t * 2 * width).map(|i| (i as f32 * 0.61).cos() * 3.0).collect();
+        let mut x = rows.clone();
+        gate_par(None, &mut x, width, Activation::Silu);
+        for r in 0..t {
+            for i in 0..width {
+                let (g, u) = (rows[r * 2 * width + i] as f64, rows[r * 2 * width + width + i] as f64);
+                let want = g / (1.0 + (-g).exp()) * u;
+                let got = x[r * width + i] as f64;
+                assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "row {r} col {i}: {got} vs {want}");
+            }
+        }
+        assert_eq!(math::silu(0.0), 0.0);
+        assert_eq!(math::silu(-100.0), -0.0);
+        assert!(math::silu(f32::NAN).is_nan());
     }
 }

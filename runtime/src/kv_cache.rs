@@ -6,14 +6,17 @@
 //! is stored in slot `p % cap_l`, so after storing position i its slots hold exactly the
 //! positions i − W < j ≤ i that position i attends to ([`KvLayout`]).
 //!
-//! Layout, head-major: layer l's block starts at value `rows_before(l) · C` (rows_before(l) =
-//! Σ_{k<l} 2·cap_k); its keys are `cap_l · C` values, its values the `cap_l · C` after them. In
+//! A row is one position's keys (or values) for every key/value head: C_kv = H_kv·D values
+//! (C for GPT-2; fewer with grouped-query attention, which is its RAM saving).
+//!
+//! Layout, head-major: layer l's block starts at value `rows_before(l) · C_kv` (rows_before(l) =
+//! Σ_{k<l} 2·cap_k); its keys are `cap_l · C_kv` values, its values the `cap_l · C_kv` after them. In
 //! each, head h's keys (or values) for slots 0..cap_l are contiguous: slot s of head h is the D
 //! values at `h · cap_l · D + s · D`. So attention, which walks one head over every slot, reads
 //! one sequential run of memory instead of D values every C. int8 carries one f32 scale per
 //! (slot, head), after all the values, in the same order: block (l, kv) at `(rows_before(l) + kv
-//! · cap_l) · H`, head h's slots at `h · cap_l` in it. Bytes: Σ_l 2 · cap_l · C · (4 | 2 | 1)
-//! plus, for int8, Σ_l 2 · cap_l · H · 4. Prefill and decode append to the same
+//! · cap_l) · H_kv`, head h's slots at `h · cap_l` in it. Bytes: Σ_l 2 · cap_l · C_kv · (4 | 2 | 1)
+//! plus, for int8, Σ_l 2 · cap_l · H_kv · 4. Prefill and decode append to the same
 //! cache; the session reports a full context as [`Error::ContextFull`] before anything is
 //! written (the positions, and so `wpe`'s rows, run out at the capacity whatever the rings hold).
 
@@ -36,10 +39,11 @@ pub struct KvLayout {
     pub local_capacity: usize,
     /// The local layers.
     pub local: LayerMask,
-    /// C: values per row.
-    pub n_embd: usize,
-    /// H: int8 scales per row.
-    pub n_head: usize,
+    /// C_kv = H_kv·D: values per row (the keys or values of one position, every key/value
+    /// head; C for GPT-2).
+    pub kv_dim: usize,
+    /// H_kv: key/value heads, and int8 scales per row.
+    pub n_kv_head: usize,
 }
 
 impl KvLayout {
@@ -51,14 +55,14 @@ impl KvLayout {
             capacity,
             local_capacity: if w < capacity { w } else { capacity },
             local: config.local_layers,
-            n_embd: config.n_embd as usize,
-            n_head: config.n_head as usize,
+            kv_dim: config.kv_dim(),
+            n_kv_head: config.n_kv_head as usize,
         }
     }
 
-    /// Every layer global (GPT-2): `2 · n_layer · capacity` rows.
-    pub const fn uniform(n_layer: usize, capacity: usize, n_embd: usize, n_head: usize) -> Self {
-        KvLayout { n_layer, capacity, local_capacity: capacity, local: LayerMask::NONE, n_embd, n_head }
+    /// Every layer global (GPT-2): `2 · n_layer · capacity` rows of `kv_dim` values.
+    pub const fn uniform(n_layer: usize, capacity: usize, kv_dim: usize, n_kv_head: usize) -> Self {
+        KvLayout { n_layer, capacity, local_capacity: capacity, local: LayerMask::NONE, kv_dim, n_kv_head }
     }
 
     /// Positions layer `l` holds (`cap_l`).
@@ -85,15 +89,15 @@ impl KvLayout {
         self.rows_before(self.n_layer)
     }
 
-    /// Bytes layer `l`'s keys and values take as `dtype`: 2 · cap_l · C · (4 | 2 | 1), plus
-    /// 2 · cap_l · H · 4 for the int8 scales.
+    /// Bytes layer `l`'s keys and values take as `dtype`: 2 · cap_l · C_kv · (4 | 2 | 1), plus
+    /// 2 · cap_l · H_kv · 4 for the int8 scales.
     pub const fn layer_bytes(&self, dtype: KvDType, l: usize) -> usize {
         let rows = self.layer_capacity(l).saturating_mul(2);
-        let values = rows.saturating_mul(self.n_embd);
+        let values = rows.saturating_mul(self.kv_dim);
         match dtype {
             KvDType::F32 => values.saturating_mul(4),
             KvDType::F16 => values.saturating_mul(2),
-            KvDType::I8 => values.saturating_add(rows.saturating_mul(self.n_head).saturating_mul(4)),
+            KvDType::I8 => values.saturating_add(rows.saturating_mul(self.n_kv_head).saturating_mul(4)),
         }
     }
 }
@@ -284,11 +288,11 @@ impl<'m> KvCache<'m> {
         // or panicked (debug). No buffer holds usize::MAX, so `new` reports KvCacheTooSmall.
         // (Regression test: tests/tests/malformed_inputs.rs, kv_cache_size_saturates_...)
         let rows = layout.rows();
-        let values = rows.saturating_mul(layout.n_embd);
+        let values = rows.saturating_mul(layout.kv_dim);
         match dtype {
             KvDType::F32 => values,
             KvDType::F16 => values.div_ceil(2),
-            KvDType::I8 => values.div_ceil(4).saturating_add(rows.saturating_mul(layout.n_head)),
+            KvDType::I8 => values.div_ceil(4).saturating_add(rows.saturating_mul(layout.n_kv_head)),
         }
     }
 
@@ -297,7 +301,7 @@ impl<'m> KvCache<'m> {
         let needed = Self::required_len(dtype, &layout);
         let available = data.len();
         let data = data.get_mut(..needed).ok_or(Error::KvCacheTooSmall { needed, available })?;
-        let layout = KvLayout { n_head: layout.n_head.max(1), ..layout };
+        let layout = KvLayout { n_kv_head: layout.n_kv_head.max(1), ..layout };
         Ok(Self { data, dtype, layout, len: 0 })
     }
 
@@ -342,14 +346,14 @@ impl<'m> KvCache<'m> {
     }
 
     fn head_dim(&self) -> usize {
-        self.layout.n_embd / self.layout.n_head
+        self.layout.kv_dim / self.layout.n_kv_head
     }
 
     /// Where (layer, kv, head, slot) lies: (its first value, its scale's index), or None when
     /// out of range. Head-major (see the module docs): block (layer, kv) is `cap_l` rows of C
     /// values from row `rows_before(layer) + kv · cap_l`, head h's slots contiguous in it.
     fn at(&self, layer: usize, kv: usize, head: usize, slot: usize) -> Option<(usize, usize)> {
-        let (c, d, h) = (self.layout.n_embd, self.head_dim(), self.layout.n_head);
+        let (c, d, h) = (self.layout.kv_dim, self.head_dim(), self.layout.n_kv_head);
         let cap = self.layout.layer_capacity(layer);
         let first = self.layout.rows_before(layer) + kv * cap;
         (layer < self.layout.n_layer && head < h && slot < cap)
@@ -358,7 +362,7 @@ impl<'m> KvCache<'m> {
 
     /// Split of int8 storage: (values, scales).
     fn i8_parts(&self) -> (&[i8], &[f32]) {
-        let values = self.layout.rows() * self.layout.n_embd;
+        let values = self.layout.rows() * self.layout.kv_dim;
         let (v, s) = self.data.split_at(values.div_ceil(4).min(self.data.len()));
         (bytemuck::cast_slice::<f32, i8>(v), s)
     }
@@ -370,7 +374,7 @@ impl<'m> KvCache<'m> {
     /// once `end > W`, the slots hold positions `end − W .. end` rotated by `end % W`: the order
     /// is a function of `end` alone, so every batch size sums in the same order.
     pub fn head(&self, layer: usize, head: usize, end: usize) -> KvHead<'_> {
-        let (c, d, h) = (self.layout.n_embd, self.head_dim(), self.layout.n_head);
+        let (c, d, h) = (self.layout.kv_dim, self.head_dim(), self.layout.n_kv_head);
         // out of range: no positions (and offsets of layer 0, head 0, which cannot overflow)
         let (layer, head, end) = if layer < self.layout.n_layer && head < h { (layer, head, end) } else { (0, 0, 0) };
         let cap = self.layout.layer_capacity(layer);
@@ -411,7 +415,7 @@ impl<'m> KvCache<'m> {
             return;
         }
         let Some(slot) = pos.checked_rem(self.layout.layer_capacity(layer)) else { return };
-        let values = self.layout.rows() * self.layout.n_embd;
+        let values = self.layout.rows() * self.layout.kv_dim;
         for (kv, src) in [(0, key), (1, value)] {
             for (head, x) in src.chunks_exact(d).enumerate() {
                 let Some((first, scale_at)) = self.at(layer, kv, head, slot) else { return };
@@ -532,7 +536,7 @@ mod tests {
         use crate::config::LayerMask;
         let (cap, w, c, h) = (10usize, 4usize, 4usize, 2usize);
         // layers 0 and 2 global, 1 local
-        let layout = KvLayout { n_layer: 3, capacity: cap, local_capacity: w, local: LayerMask::NONE.with(1), n_embd: c, n_head: h };
+        let layout = KvLayout { n_layer: 3, capacity: cap, local_capacity: w, local: LayerMask::NONE.with(1), kv_dim: c, n_kv_head: h };
         assert_eq!((layout.layer_capacity(0), layout.layer_capacity(1), layout.layer_capacity(2)), (cap, w, cap));
         assert_eq!((layout.rows_before(1), layout.rows_before(2), layout.rows()), (2 * cap, 2 * cap + 2 * w, 4 * cap + 2 * w));
         for dtype in [KvDType::F32, KvDType::F16, KvDType::I8] {

@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use crate::blob::{self, DType, Header, Preamble, Provenance, Role, Section, SourceVocab, TensorTable, LAYER_ROLES};
+use crate::blob::{self, DType, Header, Preamble, Provenance, Role, Section, SourceVocab, TensorTable, GLOBAL_ROLES, LAYER_ROLES};
 use crate::config::Config;
 use crate::error::Error;
 use crate::tokenizer::Tokenizer;
@@ -14,6 +14,7 @@ use crate::tokenizer::Tokenizer;
 /// Location and type of one validated tensor inside the blob.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TensorRef {
+    role: Role,
     offset: usize,
     len: usize,
     dtype: DType,
@@ -23,8 +24,6 @@ struct TensorRef {
 
 /// Smallest quantization group the runtime accepts (bounds the activation scratch).
 pub const MIN_GROUP: usize = 8;
-
-const NO_TENSOR: TensorRef = TensorRef { offset: 0, len: 0, dtype: DType::F32, rows: 0, cols: 0 };
 
 /// The data of a weight matrix `[rows, cols]`, row-major, in its stored dtype.
 #[derive(Debug, Clone, Copy)]
@@ -85,33 +84,42 @@ impl<'a> Matrix<'a> {
     }
 }
 
-/// The weights of one transformer block, named as in Hugging Face's `GPT2Block`.
+/// A norm's gain and, for LayerNorm, its bias (each C): `ln_1`, `ln_2`, `ln_f`.
+#[derive(Debug, Clone, Copy)]
+pub struct NormWeights<'a> {
+    /// The gain (C).
+    pub weight: &'a [f32],
+    /// The bias (C); None for RMSNorm, which has none.
+    pub bias: Option<&'a [f32]>,
+}
+
+/// The weights of one transformer block, named as in Hugging Face's `GPT2Block` (the other
+/// families' tensors are stacked into the same roles by the converter; see [`Role::shape`]).
+/// A bias is None exactly when the config says the model has none.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerWeights<'a> {
-    /// `ln_1.weight` (C)
-    pub ln_1_weight: &'a [f32],
-    /// `ln_1.bias` (C)
-    pub ln_1_bias: &'a [f32],
-    /// `attn.c_attn.weight` (3C, C): rows 0..C give q, C..2C k, 2C..3C v.
+    /// `ln_1` (Llama: `input_layernorm`)
+    pub ln_1: NormWeights<'a>,
+    /// `attn.c_attn.weight` (C_q + 2·C_kv, C): rows 0..C_q give q, then C_kv rows of k, then
+    /// C_kv of v (GPT-Neo and Llama: `q_proj`, `k_proj`, `v_proj` stacked).
     pub attn_c_attn: Matrix<'a>,
-    /// `attn.c_attn.bias` (3C); empty when the config has no q/k/v biases (GPT-Neo)
-    pub attn_c_attn_bias: &'a [f32],
-    /// `attn.c_proj.weight` (C, C)
+    /// `attn.c_attn.bias` (C_q + 2·C_kv)
+    pub attn_c_attn_bias: Option<&'a [f32]>,
+    /// `attn.c_proj.weight` (C, C_q) (GPT-Neo: `out_proj`, Llama: `o_proj`)
     pub attn_c_proj: Matrix<'a>,
     /// `attn.c_proj.bias` (C)
-    pub attn_c_proj_bias: &'a [f32],
-    /// `ln_2.weight` (C)
-    pub ln_2_weight: &'a [f32],
-    /// `ln_2.bias` (C)
-    pub ln_2_bias: &'a [f32],
-    /// `mlp.c_fc.weight` (I, C)
+    pub attn_c_proj_bias: Option<&'a [f32]>,
+    /// `ln_2` (Llama: `post_attention_layernorm`)
+    pub ln_2: NormWeights<'a>,
+    /// `mlp.c_fc.weight` (I, C), or (2·I, C) for a gated MLP: Llama's `gate_proj` rows, then
+    /// `up_proj`'s
     pub mlp_c_fc: Matrix<'a>,
-    /// `mlp.c_fc.bias` (I)
-    pub mlp_c_fc_bias: &'a [f32],
-    /// `mlp.c_proj.weight` (C, I)
+    /// `mlp.c_fc.bias` (I or 2·I)
+    pub mlp_c_fc_bias: Option<&'a [f32]>,
+    /// `mlp.c_proj.weight` (C, I) (Llama: `down_proj`)
     pub mlp_c_proj: Matrix<'a>,
     /// `mlp.c_proj.bias` (C)
-    pub mlp_c_proj_bias: &'a [f32],
+    pub mlp_c_proj_bias: Option<&'a [f32]>,
 }
 
 /// A validated model: config plus views of its weights inside the blob.
@@ -120,13 +128,13 @@ pub struct Model<'a> {
     config: Config,
     blob: &'a [u8],
     provenance: Provenance<'a>,
-    wte: TensorRef,            // (V, C)
-    wpe: TensorRef,            // (n_ctx, C)
-    ln_f_weight: TensorRef,    // (C)
-    ln_f_bias: TensorRef,      // (C)
-    lm_head: Option<TensorRef>, // (V, C), None = tied to wte
-    layer0: [TensorRef; 12],   // layer 0's tensors in LAYER_ROLES order
-    layer_stride: usize,       // bytes between layer l and layer l+1 tensors
+    wte: Matrix<'a>,                 // (V, C)
+    wpe: Option<Matrix<'a>>,         // (n_ctx, C); None with RoPE
+    ln_f: NormWeights<'a>,           // (C)
+    lm_head: Option<Matrix<'a>>,     // (V, C); None = tied to wte
+    global_bytes: usize,             // bytes of wte, lm_head and ln_f, plus one wpe row
+    layer0: [Option<TensorRef>; 12], // layer 0's tensors in LAYER_ROLES order (None: not in this config)
+    layer_stride: usize,             // bytes between layer l and layer l+1 tensors
     tokenizer: Option<Tokenizer<'a>>,
     source_vocab: Option<(u32, &'a [u32])>, // (source vocab_size, source id of each token (V))
     data_start: usize,
@@ -166,57 +174,32 @@ impl<'a> Model<'a> {
         config.validate()?;
         let data_start = blob::align_up((blob::PREAMBLE_LEN + pre.header_len as usize) as u64) as usize;
 
-        let (c, v, n_ctx, inner) = (config.n_embd(), config.vocab_size(), config.n_ctx(), config.n_inner());
-        // the per-layer tensors this config has (no attn.c_attn.bias without q/k/v biases)
-        let in_layer = |r: &Role| config.qkv_bias || *r != Role::AttnCAttnBias;
-        let per_layer = LAYER_ROLES.iter().filter(|r| in_layer(r)).count();
-        let has_lm_head = header.n_tensors as usize == 5 + per_layer * config.n_layer();
-        let expected_tensors = 4 + usize::from(has_lm_head) + per_layer * config.n_layer();
-        if header.n_tensors as usize != expected_tensors {
-            // The config and the table disagree about q/k/v biases: name that tensor.
+        // The tensors this config has (Role::shape), in the converter's one canonical order:
+        // anything else is rejected, which makes duplicates and gaps impossible by construction.
+        let in_model = |r: &Role| r.shape(&config).is_some();
+        let per_layer = LAYER_ROLES.iter().filter(|r| in_model(r)).count();
+        let globals = GLOBAL_ROLES.iter().filter(|r| in_model(r) && **r != Role::LmHead).count();
+        let tied = globals + per_layer * config.n_layer();
+        // one tensor more than the tied model's: an untied head (more than one more: the walk
+        // below names the first tensor too many)
+        let has_lm_head = header.n_tensors as usize == tied + 1;
+        if header.n_tensors as usize > tied + 1 {
+            // more than any model of this config has: name a tensor the config has not (a
+            // bias, wpe), else the first one past the end (found by the walk below)
             let mut table = TensorTable::new(table_bytes, header.n_tensors);
-            let bias = table.find_map(|e| e.ok().filter(|e| e.role == Role::AttnCAttnBias));
-            match (config.qkv_bias, bias) {
-                (false, Some(e)) => return Err(Error::UnexpectedTensor { role: e.role, layer: e.layer }),
-                (true, None) => return Err(Error::MissingTensor { role: Role::AttnCAttnBias, layer: 0 }),
-                _ => {}
+            if let Some(e) = table.find_map(|e| e.ok().filter(|e| !in_model(&e.role))) {
+                return Err(Error::UnexpectedTensor { role: e.role, layer: e.layer });
             }
-            // Report the first tensor the count says is missing (or extra).
-            return Err(if (header.n_tensors as usize) < expected_tensors {
-                Error::MissingTensor { role: Role::Ln1Weight, layer: config.n_layer - 1 }
-            } else {
-                Error::UnexpectedTensor { role: Role::LmHead, layer: 0 }
-            });
         }
-
-        let mut model = Model {
-            config,
-            blob,
-            provenance: header.provenance,
-            wte: NO_TENSOR,
-            wpe: NO_TENSOR,
-            ln_f_weight: NO_TENSOR,
-            ln_f_bias: NO_TENSOR,
-            lm_head: None,
-            layer0: [NO_TENSOR; 12],
-            layer_stride: 0,
-            tokenizer: None,
-            source_vocab: None,
-            data_start,
-        };
-
-        // The converter writes tensors in one canonical order; anything else is rejected, which
-        // makes duplicates and gaps impossible by construction.
-        let globals: &[Role] = if has_lm_head {
-            &[Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias, Role::LmHead]
-        } else {
-            &[Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias]
-        };
-        let expected_order = globals
+        let expected_order = GLOBAL_ROLES
             .iter()
+            .filter(|r| in_model(r) && (has_lm_head || **r != Role::LmHead))
             .map(|&r| (r, 0u32))
-            .chain((0..config.n_layer).flat_map(|l| LAYER_ROLES.iter().filter(|r| in_layer(r)).map(move |&r| (r, l))));
+            .chain((0..config.n_layer).flat_map(|l| LAYER_ROLES.iter().filter(|r| in_model(r)).map(move |&r| (r, l))));
 
+        let mut globals: [Option<TensorRef>; 5] = [None; 5];
+        let mut layer0: [Option<TensorRef>; 12] = [None; 12];
+        let mut layer_stride = 0;
         let mut prev_end = data_start;
         let mut table = TensorTable::new(table_bytes, header.n_tensors);
         for (want_role, want_layer) in expected_order {
@@ -225,7 +208,7 @@ impl<'a> Model<'a> {
                 None => return Err(Error::MissingTensor { role: want_role, layer: want_layer }),
             };
             if entry.role != want_role || entry.layer != want_layer {
-                let foreign = entry.role.is_layer() && (entry.layer >= config.n_layer || !in_layer(&entry.role));
+                let foreign = !in_model(&entry.role) || (entry.role.is_layer() && entry.layer >= config.n_layer);
                 return Err(if foreign {
                     Error::UnexpectedTensor { role: entry.role, layer: entry.layer }
                 } else {
@@ -233,25 +216,8 @@ impl<'a> Model<'a> {
                 });
             }
             let (role, layer) = (entry.role, entry.layer);
-            // Expected shape [rows, cols].
-            let shape: [usize; 2] = match role {
-                Role::Wte | Role::LmHead => [v, c],
-                Role::Wpe => [n_ctx, c],
-                Role::AttnCAttnWeight => [3 * c, c],
-                Role::AttnCAttnBias => [3 * c, 1],
-                Role::AttnCProjWeight => [c, c],
-                Role::MlpCFcWeight => [inner, c],
-                Role::MlpCFcBias => [inner, 1],
-                Role::MlpCProjWeight => [c, inner],
-                Role::LnFWeight
-                | Role::LnFBias
-                | Role::Ln1Weight
-                | Role::Ln1Bias
-                | Role::AttnCProjBias
-                | Role::Ln2Weight
-                | Role::Ln2Bias
-                | Role::MlpCProjBias => [c, 1],
-            };
+            // in_model: the shape is there
+            let shape = role.shape(&config).unwrap_or([0, 0]);
             let found = [entry.shape[0] as usize, entry.shape[1] as usize];
             if found != shape {
                 return Err(Error::BadShape {
@@ -283,36 +249,69 @@ impl<'a> Model<'a> {
             }
             prev_end = end as usize;
             let tref = TensorRef {
+                role,
                 offset: entry.data.offset as usize,
                 len: entry.data.len as usize,
                 dtype: entry.dtype,
                 rows: shape[0],
                 cols: shape[1],
             };
-            match (role, role.layer_index()) {
-                (_, Some(i)) if layer == 0 => {
-                    if let Some(slot) = model.layer0.get_mut(i) {
-                        *slot = tref;
+            match role.layer_index() {
+                Some(i) if layer == 0 => {
+                    if let Some(slot) = layer0.get_mut(i) {
+                        *slot = Some(tref);
                     }
                 }
-                (_, Some(i)) => {
-                    let first = model.layer0.get(i).copied().unwrap_or(NO_TENSOR);
-                    if layer == 1 && i == 0 {
-                        model.layer_stride = tref.offset.saturating_sub(first.offset);
+                Some(i) => {
+                    // every layer's tensors lie at layer 0's plus l strides, with its dtypes
+                    let first = layer0.get(i).copied().flatten().ok_or(Error::IrregularLayout { layer })?;
+                    if layer == 1 && layer0.iter().flatten().next().map(|t| t.role) == Some(role) {
+                        layer_stride = tref.offset.saturating_sub(first.offset);
                     }
-                    let at = (layer as usize)
-                        .checked_mul(model.layer_stride)
-                        .and_then(|d| d.checked_add(first.offset));
+                    let at = (layer as usize).checked_mul(layer_stride).and_then(|d| d.checked_add(first.offset));
                     if Some(tref.offset) != at || tref.dtype != first.dtype {
                         return Err(Error::IrregularLayout { layer });
                     }
                 }
-                (Role::Wte, None) => model.wte = tref,
-                (Role::Wpe, None) => model.wpe = tref,
-                (Role::LnFWeight, None) => model.ln_f_weight = tref,
-                (Role::LnFBias, None) => model.ln_f_bias = tref,
-                (_, None) => model.lm_head = Some(tref),
+                None => {
+                    if let Some(slot) = GLOBAL_ROLES.iter().position(|&r| r == role).and_then(|g| globals.get_mut(g)) {
+                        *slot = Some(tref);
+                    }
+                }
             }
+        }
+        // the walk took every tensor the config has; one more is one too many
+        if let Some(e) = table.next() {
+            let e = e?;
+            return Err(Error::UnexpectedTensor { role: e.role, layer: e.layer });
+        }
+
+        // The global views, made once (every range was checked above).
+        let global = |r: Role| GLOBAL_ROLES.iter().position(|&g| g == r).and_then(|g| globals.get(g).copied().flatten());
+        let wte_ref = global(Role::Wte).ok_or(Error::MissingTensor { role: Role::Wte, layer: 0 })?;
+        let wpe_ref = global(Role::Wpe);
+        let ln_f_ref = global(Role::LnFWeight).ok_or(Error::MissingTensor { role: Role::LnFWeight, layer: 0 })?;
+        let lm_head_ref = global(Role::LmHead);
+        let wpe_row = wpe_ref.map_or(0, |t| t.len / t.rows.max(1));
+        let global_bytes = wte_ref.len + lm_head_ref.map_or(0, |t| t.len) + wpe_row + ln_f_ref.len + global(Role::LnFBias).map_or(0, |t| t.len);
+        let mut model = Model {
+            config,
+            blob,
+            provenance: header.provenance,
+            wte: matrix(blob, wte_ref, 0)?,
+            wpe: wpe_ref.map(|t| matrix(blob, t, 0)).transpose()?,
+            ln_f: NormWeights { weight: vector(blob, ln_f_ref, 0)?, bias: global(Role::LnFBias).map(|t| vector(blob, t, 0)).transpose()? },
+            lm_head: lm_head_ref.map(|t| matrix(blob, t, 0)).transpose()?,
+            global_bytes,
+            layer0,
+            layer_stride,
+            tokenizer: None,
+            source_vocab: None,
+            data_start,
+        };
+        // every layer's views can be made (the ranges were checked; this proves the stride)
+        for l in 0..config.n_layer() {
+            model.layer(l)?;
         }
 
         if let Some(Section { offset, len }) = header.tokenizer {
@@ -385,95 +384,113 @@ impl<'a> Model<'a> {
     /// Total bytes of weights read to produce one token (all matrices except wpe, plus one wpe
     /// row, plus vectors): what decode has to stream from memory.
     pub fn weight_bytes_per_token(&self) -> usize {
-        let l = self.layer0.iter().map(|t| t.len).sum::<usize>() * self.config.n_layer();
-        let head = self.lm_head.map_or(0, |t| t.len);
-        let wpe_row = self.wpe.len / self.wpe.rows.max(1);
-        l + self.wte.len + head + wpe_row + self.ln_f_weight.len + self.ln_f_bias.len
-    }
-
-    fn bytes(&self, t: TensorRef) -> &'a [u8] {
-        self.blob.get(t.offset..t.offset + t.len).unwrap_or(&[])
-    }
-
-    fn vector(&self, t: TensorRef) -> &'a [f32] {
-        bytemuck::try_cast_slice(self.bytes(t)).unwrap_or(&[])
-    }
-
-    fn matrix(&self, t: TensorRef) -> Matrix<'a> {
-        let bytes = self.bytes(t);
-        let n = t.rows * t.cols;
-        // quantized data: values, then f32 scales at the next multiple of 16 bytes
-        let split = |value_bytes: usize, group: usize| {
-            let at = value_bytes.div_ceil(16) * 16;
-            let values = bytes.get(..value_bytes).unwrap_or(&[]);
-            let scales = bytes.get(at..at + n / group.max(1) * 4).unwrap_or(&[]);
-            (values, bytemuck::try_cast_slice::<u8, f32>(scales).unwrap_or(&[]))
-        };
-        let data = match t.dtype {
-            DType::F32 => MatrixData::F32(bytemuck::try_cast_slice(bytes).unwrap_or(&[])),
-            DType::F16 => MatrixData::F16(bytemuck::try_cast_slice(bytes).unwrap_or(&[])),
-            DType::Q8 { group_len } => {
-                let (values, scales) = split(n, group_len as usize);
-                MatrixData::Q8 { values: bytemuck::cast_slice(values), scales, group: group_len as usize }
-            }
-            DType::Q4 { group_len } => {
-                let (packed, scales) = split(n / 2, group_len as usize);
-                MatrixData::Q4 { packed, scales, group: group_len as usize }
-            }
-        };
-        Matrix { rows: t.rows, cols: t.cols, data }
+        let l = self.layer0.iter().flatten().map(|t| t.len).sum::<usize>() * self.config.n_layer();
+        l + self.global_bytes
     }
 
     /// Token embedding table `wte` (V, C).
     pub fn wte(&self) -> Matrix<'a> {
-        self.matrix(self.wte)
+        self.wte
     }
 
-    /// Position embedding table `wpe` (n_ctx, C).
-    pub fn wpe(&self) -> Matrix<'a> {
-        self.matrix(self.wpe)
+    /// Position embedding table `wpe` (n_ctx, C); None when the model uses RoPE.
+    pub fn wpe(&self) -> Option<Matrix<'a>> {
+        self.wpe
     }
 
     /// Output head (V, C): `lm_head.weight` if the checkpoint had a separate one, else `wte`.
     pub fn lm_head(&self) -> Matrix<'a> {
-        self.matrix(self.lm_head.unwrap_or(self.wte))
+        self.lm_head.unwrap_or(self.wte)
     }
 
-    /// Final LayerNorm `ln_f` (weight, bias), each (C).
-    pub fn ln_f(&self) -> (&'a [f32], &'a [f32]) {
-        (self.vector(self.ln_f_weight), self.vector(self.ln_f_bias))
+    /// Final norm `ln_f` (Llama: `model.norm`), each (C).
+    pub fn ln_f(&self) -> NormWeights<'a> {
+        self.ln_f
     }
 
-    /// The weights of block `l` (empty views if `l >= n_layer`).
-    pub fn layer(&self, l: usize) -> LayerWeights<'a> {
-        let at = |i: usize| {
-            let mut t = self.layer0.get(i).copied().unwrap_or(NO_TENSOR);
-            if l >= self.config.n_layer() {
-                return NO_TENSOR;
-            }
-            t.offset += l * self.layer_stride;
-            t
-        };
-        LayerWeights {
-            ln_1_weight: self.vector(at(0)),
-            ln_1_bias: self.vector(at(1)),
-            attn_c_attn: self.matrix(at(2)),
-            attn_c_attn_bias: self.vector(at(3)),
-            attn_c_proj: self.matrix(at(4)),
-            attn_c_proj_bias: self.vector(at(5)),
-            ln_2_weight: self.vector(at(6)),
-            ln_2_bias: self.vector(at(7)),
-            mlp_c_fc: self.matrix(at(8)),
-            mlp_c_fc_bias: self.vector(at(9)),
-            mlp_c_proj: self.matrix(at(10)),
-            mlp_c_proj_bias: self.vector(at(11)),
+    /// The weights of block `l`. Fails only for `l ≥ n_layer` ([`Error::LayerOutOfRange`]):
+    /// `from_blob` made every layer's views once already, so for a layer that exists the
+    /// `BadTensorRange` this could also return would be a bug in this crate, reported rather
+    /// than turned into empty weights.
+    pub fn layer(&self, l: usize) -> Result<LayerWeights<'a>, Error> {
+        if l >= self.config.n_layer() {
+            return Err(Error::LayerOutOfRange { layer: l, n_layer: self.config.n_layer() });
         }
+        let offset = l.saturating_mul(self.layer_stride);
+        let at = |role: Role| -> Result<Option<TensorRef>, Error> {
+            let Some(t) = role.layer_index().and_then(|i| self.layer0.get(i).copied().flatten()) else { return Ok(None) };
+            Ok(Some(TensorRef { offset: t.offset.saturating_add(offset), ..t }))
+        };
+        let need = |role: Role| at(role)?.ok_or(Error::MissingTensor { role, layer: l as u32 });
+        let m = |role: Role| matrix(self.blob, need(role)?, l);
+        let v = |role: Role| vector(self.blob, need(role)?, l);
+        let opt = |role: Role| at(role)?.map(|t| vector(self.blob, t, l)).transpose();
+        Ok(LayerWeights {
+            ln_1: NormWeights { weight: v(Role::Ln1Weight)?, bias: opt(Role::Ln1Bias)? },
+            attn_c_attn: m(Role::AttnCAttnWeight)?,
+            attn_c_attn_bias: opt(Role::AttnCAttnBias)?,
+            attn_c_proj: m(Role::AttnCProjWeight)?,
+            attn_c_proj_bias: opt(Role::AttnCProjBias)?,
+            ln_2: NormWeights { weight: v(Role::Ln2Weight)?, bias: opt(Role::Ln2Bias)? },
+            mlp_c_fc: m(Role::MlpCFcWeight)?,
+            mlp_c_fc_bias: opt(Role::MlpCFcBias)?,
+            mlp_c_proj: m(Role::MlpCProjWeight)?,
+            mlp_c_proj_bias: opt(Role::MlpCProjBias)?,
+        })
     }
 
     /// Dtype of the block matrices (as stored).
     pub fn weight_dtype(&self) -> DType {
-        self.layer0.get(2).map_or(DType::F32, |t| t.dtype)
+        self.layer0.get(2).copied().flatten().map_or(DType::F32, |t| t.dtype)
     }
+}
+
+/// The bytes of a tensor of `layer` (its range checked here once more: a failure is a bug, and
+/// reported as the tensor's bad range rather than as empty weights).
+fn bytes(blob: &[u8], t: TensorRef, layer: usize) -> Result<&[u8], Error> {
+    let bad = Error::BadTensorRange { role: t.role, layer: layer as u32, offset: t.offset as u64, len: t.len as u64 };
+    blob.get(t.offset..t.offset.checked_add(t.len).ok_or(bad)?).ok_or(bad)
+}
+
+/// An f32 vector tensor (`[n, 1]`).
+fn vector(blob: &[u8], t: TensorRef, layer: usize) -> Result<&[f32], Error> {
+    let bad = Error::BadTensorRange { role: t.role, layer: layer as u32, offset: t.offset as u64, len: t.len as u64 };
+    let v: &[f32] = bytemuck::try_cast_slice(bytes(blob, t, layer)?).map_err(|_| bad)?;
+    if v.len() != t.rows || t.dtype != DType::F32 {
+        return Err(bad);
+    }
+    Ok(v)
+}
+
+/// A matrix tensor, its data split as its dtype says: every slice exactly as long as the shape
+/// needs.
+fn matrix<'a>(blob: &'a [u8], t: TensorRef, layer: usize) -> Result<Matrix<'a>, Error> {
+    let bad = Error::BadTensorRange { role: t.role, layer: layer as u32, offset: t.offset as u64, len: t.len as u64 };
+    let bytes = bytes(blob, t, layer)?;
+    let n = t.rows.checked_mul(t.cols).ok_or(bad)?;
+    // quantized data: values, then f32 scales at the next multiple of 16 bytes
+    let split = |value_bytes: usize, group: usize| -> Result<(&'a [u8], &'a [f32]), Error> {
+        if group == 0 || n % group != 0 {
+            return Err(bad);
+        }
+        let at = value_bytes.div_ceil(16) * 16;
+        let values = bytes.get(..value_bytes).ok_or(bad)?;
+        let scales = bytes.get(at..at + n / group * 4).ok_or(bad)?;
+        Ok((values, bytemuck::try_cast_slice::<u8, f32>(scales).map_err(|_| bad)?))
+    };
+    let data = match t.dtype {
+        DType::F32 => MatrixData::F32(bytemuck::try_cast_slice(bytes).ok().filter(|d: &&[f32]| d.len() == n).ok_or(bad)?),
+        DType::F16 => MatrixData::F16(bytemuck::try_cast_slice(bytes).ok().filter(|d: &&[f16]| d.len() == n).ok_or(bad)?),
+        DType::Q8 { group_len } => {
+            let (values, scales) = split(n, group_len as usize)?;
+            MatrixData::Q8 { values: bytemuck::cast_slice(values), scales, group: group_len as usize }
+        }
+        DType::Q4 { group_len } => {
+            let (packed, scales) = split(n / 2, group_len as usize)?;
+            MatrixData::Q4 { packed, scales, group: group_len as usize }
+        }
+    };
+    Ok(Matrix { rows: t.rows, cols: t.cols, data })
 }
 
 /// Validates a source-vocabulary section: inside the data, one u32 per token, strictly

@@ -19,28 +19,38 @@
 //! | stage (`Stage::name`) | TransformerLens hook | values per report |
 //! |---|---|---|
 //! | `embed` | `hook_embed` | C: `wte[token]` |
-//! | `pos_embed` | `hook_pos_embed` | C: `wpe[pos]` |
+//! | `pos_embed` | `hook_pos_embed` | C: `wpe[pos]` (learned positions only) |
 //! | `resid_pre` | `blocks.{l}.hook_resid_pre` | C |
+//! | `ln1_scale` | `blocks.{l}.ln1.hook_scale` | 1: the norm's divisor, √(var + ε) (LayerNorm) or √(mean(x²) + ε) (RMSNorm) |
 //! | `ln1` | `blocks.{l}.ln1.hook_normalized` | C (after the gain and bias) |
-//! | `q`, `k`, `v` | `blocks.{l}.attn.hook_q` … | C: head h is `h·D..(h+1)·D` |
-//! | `attn_scores` | `blocks.{l}.attn.hook_attn_scores` | per head: the scaled scores of the cached slots ([`AttnRow`]); masked positions are absent |
-//! | `attn_pattern` | `blocks.{l}.attn.hook_pattern` | per head: softmax of those |
-//! | `z` | `blocks.{l}.attn.hook_z` | C: head h is `h·D..(h+1)·D` |
+//! | `q` | `blocks.{l}.attn.hook_q` | C_q: head h is `h·D..(h+1)·D` (before RoPE) |
+//! | `k`, `v` | `blocks.{l}.attn.hook_k`, `hook_v` | C_kv: key/value head h is `h·D..(h+1)·D` (k before RoPE) |
+//! | `rot_q`, `rot_k` | `blocks.{l}.attn.hook_rot_q`, `hook_rot_k` | C_q, C_kv: after RoPE (RoPE only) |
+//! | `attn_scores` | `blocks.{l}.attn.hook_attn_scores` | per query head: the scaled scores of the cached slots ([`AttnRow`]); masked positions are absent |
+//! | `attn_pattern` | `blocks.{l}.attn.hook_pattern` | per query head: softmax of those |
+//! | `z` | `blocks.{l}.attn.hook_z` | C_q: head h is `h·D..(h+1)·D` |
 //! | `attn_out` | `blocks.{l}.hook_attn_out` | C: `c_proj(z) + b` |
 //! | `resid_mid` | `blocks.{l}.hook_resid_mid` | C |
+//! | `ln2_scale` | `blocks.{l}.ln2.hook_scale` | 1 |
 //! | `ln2` | `blocks.{l}.ln2.hook_normalized` | C |
-//! | `mlp_pre` | `blocks.{l}.mlp.hook_pre` | I: `c_fc` output |
-//! | `mlp_post` | `blocks.{l}.mlp.hook_post` | I: after the activation |
+//! | `mlp_pre` | `blocks.{l}.mlp.hook_pre` | I: `c_fc` output (gated MLP: the gate, before the activation) |
+//! | `mlp_pre_linear` | `blocks.{l}.mlp.hook_pre_linear` | I: the gated MLP's `up` (gated MLP only) |
+//! | `mlp_post` | `blocks.{l}.mlp.hook_post` | I: after the activation (gated: `act(gate) · up`) |
 //! | `mlp_out` | `blocks.{l}.hook_mlp_out` | C: `c_proj(h) + b` |
 //! | `resid_post` | `blocks.{l}.hook_resid_post` | C |
+//! | `ln_final_scale` | `ln_final.hook_scale` | 1 |
 //! | `ln_final` | `ln_final.hook_normalized` | C |
 //! | `logits` | (the model's output) | V |
+//!
+//! A model reports only the stages it has ([`Stage::applies`]): no `pos_embed` with RoPE, no
+//! `rot_q` / `rot_k` without it, no `mlp_pre_linear` without a gated MLP.
 //!
 //! Reports come in the pass's order: per batch, the embeddings of its tokens, then layer by
 //! layer the stages in the order above for every token of the batch, then `ln_final` and
 //! `logits` token by token. Positions are absolute (the first prompt token is 0).
 
 use crate::blob::crc32_update;
+use crate::config::Norm;
 use crate::kernels::{self, Parallel};
 use crate::model::Matrix;
 use crate::kv_cache::KvCache;
@@ -56,14 +66,21 @@ pub enum Stage {
     PosEmbed,
     /// Residual stream entering block l (block 0: `embed + pos_embed`).
     ResidPre,
+    /// `ln_1`'s divisor (one value a token).
+    Ln1Scale,
     /// `ln_1` output.
     Ln1,
-    /// Queries (`c_attn`'s first C outputs).
+    /// Queries (`c_attn`'s first C_q outputs), before RoPE.
     Q,
-    /// Keys (the next C), as computed: before the KV cache stores (and maybe rounds) them.
+    /// Keys (the next C_kv), as computed: before RoPE, and before the KV cache stores (and
+    /// maybe rounds) them.
     K,
-    /// Values (the last C).
+    /// Values (the last C_kv).
     V,
+    /// Queries after RoPE.
+    RotQ,
+    /// Keys after RoPE (what the KV cache stores).
+    RotK,
     /// `q·k · scale` per cached slot (scaled; the causal mask leaves later positions out).
     AttnScores,
     /// Softmax of the scores.
@@ -74,16 +91,22 @@ pub enum Stage {
     AttnOut,
     /// `resid_pre + attn_out`.
     ResidMid,
+    /// `ln_2`'s divisor (one value a token).
+    Ln2Scale,
     /// `ln_2` output.
     Ln2,
-    /// `mlp.c_fc` output, before the activation.
+    /// `mlp.c_fc` output, before the activation (a gated MLP's gate).
     MlpPre,
+    /// A gated MLP's `up` product.
+    MlpPreLinear,
     /// After the activation.
     MlpPost,
     /// `mlp.c_proj(h) + b`, before the residual add.
     MlpOut,
     /// `resid_mid + mlp_out`: the block's output.
     ResidPost,
+    /// `ln_f`'s divisor (one value a token).
+    LnFinalScale,
     /// `ln_f` output.
     LnFinal,
     /// The head's output.
@@ -92,27 +115,45 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in the order of the pass.
-    pub const ALL: [Stage; 19] = [
+    pub const ALL: [Stage; 25] = [
         Stage::Embed,
         Stage::PosEmbed,
         Stage::ResidPre,
+        Stage::Ln1Scale,
         Stage::Ln1,
         Stage::Q,
         Stage::K,
         Stage::V,
+        Stage::RotQ,
+        Stage::RotK,
         Stage::AttnScores,
         Stage::AttnPattern,
         Stage::Z,
         Stage::AttnOut,
         Stage::ResidMid,
+        Stage::Ln2Scale,
         Stage::Ln2,
         Stage::MlpPre,
+        Stage::MlpPreLinear,
         Stage::MlpPost,
         Stage::MlpOut,
         Stage::ResidPost,
+        Stage::LnFinalScale,
         Stage::LnFinal,
         Stage::Logits,
     ];
+
+    /// Whether a model of `config` has (and reports) this stage: `pos_embed` needs learned
+    /// positions, `rot_q` / `rot_k` RoPE, `mlp_pre_linear` a gated MLP; every other stage is in
+    /// every model.
+    pub const fn applies(self, config: &crate::Config) -> bool {
+        match self {
+            Stage::PosEmbed => config.learned_positions(),
+            Stage::RotQ | Stage::RotK => !config.learned_positions(),
+            Stage::MlpPreLinear => config.gated_mlp,
+            _ => true,
+        }
+    }
 
     /// The short name (`resid_pre`, `attn_pattern`, …), as in TransformerLens's
     /// `cache["resid_pre", l]`.
@@ -121,20 +162,26 @@ impl Stage {
             Stage::Embed => "embed",
             Stage::PosEmbed => "pos_embed",
             Stage::ResidPre => "resid_pre",
+            Stage::Ln1Scale => "ln1_scale",
             Stage::Ln1 => "ln1",
             Stage::Q => "q",
             Stage::K => "k",
             Stage::V => "v",
+            Stage::RotQ => "rot_q",
+            Stage::RotK => "rot_k",
             Stage::AttnScores => "attn_scores",
             Stage::AttnPattern => "attn_pattern",
             Stage::Z => "z",
             Stage::AttnOut => "attn_out",
             Stage::ResidMid => "resid_mid",
+            Stage::Ln2Scale => "ln2_scale",
             Stage::Ln2 => "ln2",
             Stage::MlpPre => "mlp_pre",
+            Stage::MlpPreLinear => "mlp_pre_linear",
             Stage::MlpPost => "mlp_post",
             Stage::MlpOut => "mlp_out",
             Stage::ResidPost => "resid_post",
+            Stage::LnFinalScale => "ln_final_scale",
             Stage::LnFinal => "ln_final",
             Stage::Logits => "logits",
         }
@@ -146,20 +193,26 @@ impl Stage {
             Stage::Embed => "hook_embed",
             Stage::PosEmbed => "hook_pos_embed",
             Stage::ResidPre => "blocks.{l}.hook_resid_pre",
+            Stage::Ln1Scale => "blocks.{l}.ln1.hook_scale",
             Stage::Ln1 => "blocks.{l}.ln1.hook_normalized",
             Stage::Q => "blocks.{l}.attn.hook_q",
             Stage::K => "blocks.{l}.attn.hook_k",
             Stage::V => "blocks.{l}.attn.hook_v",
+            Stage::RotQ => "blocks.{l}.attn.hook_rot_q",
+            Stage::RotK => "blocks.{l}.attn.hook_rot_k",
             Stage::AttnScores => "blocks.{l}.attn.hook_attn_scores",
             Stage::AttnPattern => "blocks.{l}.attn.hook_pattern",
             Stage::Z => "blocks.{l}.attn.hook_z",
             Stage::AttnOut => "blocks.{l}.hook_attn_out",
             Stage::ResidMid => "blocks.{l}.hook_resid_mid",
+            Stage::Ln2Scale => "blocks.{l}.ln2.hook_scale",
             Stage::Ln2 => "blocks.{l}.ln2.hook_normalized",
             Stage::MlpPre => "blocks.{l}.mlp.hook_pre",
+            Stage::MlpPreLinear => "blocks.{l}.mlp.hook_pre_linear",
             Stage::MlpPost => "blocks.{l}.mlp.hook_post",
             Stage::MlpOut => "blocks.{l}.hook_mlp_out",
             Stage::ResidPost => "blocks.{l}.hook_resid_post",
+            Stage::LnFinalScale => "ln_final.hook_scale",
             Stage::LnFinal => "ln_final.hook_normalized",
             Stage::Logits => "logits",
         }
@@ -167,13 +220,23 @@ impl Stage {
 
     /// True for the stages inside a block (reported once per layer).
     pub const fn per_layer(self) -> bool {
-        !matches!(self, Stage::Embed | Stage::PosEmbed | Stage::LnFinal | Stage::Logits)
+        !matches!(self, Stage::Embed | Stage::PosEmbed | Stage::LnFinalScale | Stage::LnFinal | Stage::Logits)
     }
 
-    /// True for the stages whose rows hold one D-wide slice per head (q, k, v, z) or that are
-    /// reported per head (the attention scores and pattern).
+    /// True for the stages whose rows hold one D-wide slice per head (q, k, v, their rotated
+    /// forms, z) or that are reported per head (the attention scores and pattern).
     pub const fn per_head(self) -> bool {
-        matches!(self, Stage::Q | Stage::K | Stage::V | Stage::Z | Stage::AttnScores | Stage::AttnPattern)
+        matches!(self, Stage::Q | Stage::K | Stage::V | Stage::RotQ | Stage::RotK | Stage::Z | Stage::AttnScores | Stage::AttnPattern)
+    }
+
+    /// True for the key/value stages, whose rows hold H_kv heads rather than H (k, v, rot_k).
+    pub const fn kv_heads(self) -> bool {
+        matches!(self, Stage::K | Stage::V | Stage::RotK)
+    }
+
+    /// The scale stages (one value a token).
+    pub const fn is_scale(self) -> bool {
+        matches!(self, Stage::Ln1Scale | Stage::Ln2Scale | Stage::LnFinalScale)
     }
 }
 
@@ -284,17 +347,65 @@ pub(crate) fn rows<O: Observer>(obs: &mut O, stage: Stage, layer: usize, p0: usi
     }
 }
 
-/// Reports the q, k and v parts of the `c_attn` rows (`[T, 3C]`).
+/// Reports the q, k and v parts of the `c_attn` rows (`[T, C_q + 2·C_kv]`).
 #[inline(always)]
-pub(crate) fn qkv<O: Observer>(obs: &mut O, layer: usize, p0: usize, qkv: &[f32], c: usize) {
-    if !O::ENABLED || c == 0 {
+pub(crate) fn qkv<O: Observer>(obs: &mut O, layer: usize, p0: usize, qkv: &[f32], cq: usize, ckv: usize) {
+    if !O::ENABLED || cq == 0 {
         return;
     }
-    for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
-        for (stage, part) in [Stage::Q, Stage::K, Stage::V].into_iter().zip(row.chunks_exact(c)) {
+    for (t, row) in qkv.chunks_exact(cq + 2 * ckv).enumerate() {
+        let (q, kv) = row.split_at(cq);
+        let (k, v) = kv.split_at(ckv);
+        for (stage, part) in [(Stage::Q, q), (Stage::K, k), (Stage::V, v)] {
             obs.row(stage, layer, p0 + t, part);
         }
     }
+}
+
+/// Reports the rotated q and k parts of the `c_attn` rows (after RoPE).
+#[inline(always)]
+pub(crate) fn rotated<O: Observer>(obs: &mut O, layer: usize, p0: usize, qkv: &[f32], cq: usize, ckv: usize) {
+    if !O::ENABLED || cq == 0 {
+        return;
+    }
+    for (t, row) in qkv.chunks_exact(cq + 2 * ckv).enumerate() {
+        let (q, kv) = row.split_at(cq);
+        obs.row(Stage::RotQ, layer, p0 + t, q);
+        obs.row(Stage::RotK, layer, p0 + t, kv.get(..ckv).unwrap_or(&[]));
+    }
+}
+
+/// Reports a gated MLP's gate (`mlp_pre`) and up (`mlp_pre_linear`) products (`[T, 2·I]`).
+#[inline(always)]
+pub(crate) fn gate_up<O: Observer>(obs: &mut O, layer: usize, p0: usize, fc: &[f32], inner: usize) {
+    if !O::ENABLED || inner == 0 {
+        return;
+    }
+    for (t, row) in fc.chunks_exact(2 * inner).enumerate() {
+        let (gate, up) = row.split_at(inner);
+        obs.row(Stage::MlpPre, layer, p0 + t, gate);
+        obs.row(Stage::MlpPreLinear, layer, p0 + t, up);
+    }
+}
+
+/// Reports a norm: its divisor per row of `x` as `scale_stage` (recomputed by
+/// [`kernels::norm_scale`], the function the kernel divides by), then its output `normed` as the
+/// matching normalized stage (`ln1`, `ln2`, `ln_final`), for the T rows from position `p0`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn norm<O: Observer>(obs: &mut O, (scale_stage, layer, p0): (Stage, usize, usize), kind: Norm, x: &[f32], normed: &[f32], c: usize, eps: f32) {
+    if !O::ENABLED || c == 0 {
+        return;
+    }
+    for (t, xr) in x.chunks_exact(c).enumerate() {
+        obs.row(scale_stage, layer, p0 + t, &[kernels::norm_scale(kind, xr, eps)]);
+    }
+    let stage = match scale_stage {
+        Stage::Ln1Scale => Stage::Ln1,
+        Stage::Ln2Scale => Stage::Ln2,
+        _ => Stage::LnFinal,
+    };
+    rows(obs, stage, layer, p0, normed, c);
 }
 
 /// Reports `wpe[p0 + t]` for the T rows of `scratch` (`[T, C]`, overwritten).
@@ -309,9 +420,10 @@ pub(crate) fn pos_embed<O: Observer>(obs: &mut O, scratch: &mut [f32], wpe: &Mat
     }
 }
 
-/// Reports the scaled scores and the softmax of query `q` (at `pos`, head `head` of `layer`)
-/// over the `slots` filled slots of `cache` (which holds `ring` slots per layer), computed as
-/// [`kernels::attention`] computes them over `cache.head(layer, head, slots)`, in `scores`
+/// Reports the scaled scores and the softmax of query `q` (at `pos`, query head `head` of
+/// `layer`) over the `slots` filled slots of key/value head `kv_head` of `cache` (which holds
+/// `ring` slots per layer), computed as [`kernels::attention`] computes them over
+/// `cache.head(layer, kv_head, slots)`, in `scores`
 /// (scratch of at least `slots`, overwritten; the real call follows and overwrites it again).
 /// Takes the cache rather than a view of it so that the unobserved pass makes no view here.
 #[inline(always)]
@@ -319,14 +431,14 @@ pub(crate) fn attention<O: Observer>(
     obs: &mut O,
     (layer, pos, head): (usize, usize, usize),
     q: &[f32],
-    (cache, slots, ring): (&KvCache<'_>, usize, usize),
+    (cache, kv_head, slots, ring): (&KvCache<'_>, usize, usize, usize),
     scale: f32,
     scores: &mut [f32],
 ) {
     if !O::ENABLED {
         return;
     }
-    let kv = cache.head(layer, head, slots);
+    let kv = cache.head(layer, kv_head, slots);
     let Some(s) = scores.get_mut(..kv.len()) else { return };
     kernels::attention_scores(q, &kv, scale, s);
     obs.attention(&AttnRow { stage: Stage::AttnScores, layer, pos, head, ring, values: s });
@@ -430,10 +542,13 @@ mod tests {
         assert_eq!(
             names,
             [
-                "embed", "pos_embed", "resid_pre", "ln1", "q", "k", "v", "attn_scores", "attn_pattern", "z", "attn_out", "resid_mid",
-                "ln2", "mlp_pre", "mlp_post", "mlp_out", "resid_post", "ln_final", "logits"
+                "embed", "pos_embed", "resid_pre", "ln1_scale", "ln1", "q", "k", "v", "rot_q", "rot_k", "attn_scores", "attn_pattern",
+                "z", "attn_out", "resid_mid", "ln2_scale", "ln2", "mlp_pre", "mlp_pre_linear", "mlp_post", "mlp_out", "resid_post",
+                "ln_final_scale", "ln_final", "logits"
             ]
         );
+        assert_eq!(Stage::RotQ.hook(), "blocks.{l}.attn.hook_rot_q");
+        assert_eq!(Stage::Ln1Scale.hook(), "blocks.{l}.ln1.hook_scale");
         // per-layer hooks are `blocks.{l}.…`, the others not
         assert!(Stage::ALL.iter().all(|s| s.hook().starts_with("blocks.{l}.") == s.per_layer()));
         assert_eq!(Stage::MlpPost.hook(), "blocks.{l}.mlp.hook_post");

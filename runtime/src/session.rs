@@ -2,17 +2,19 @@
 //! borrowed from the caller — and the forward pass that fills them.
 //!
 //! ```text
-//! arena (f32): x [B, C] | xn [B, C] | work [B, max(3C, I)] | xq [B, Q] | scores [capacity] | logits [V]
-//! kv         : per layer (2, cap_l, C) as f32, f16 or int8 (+ scales)     B = tokens per batch
+//! arena (f32): x [B, C] | xn [B, max(C, C_q)] | work [B, max(C_q + 2·C_kv, I·(1|2), C)] | xq [B, Q]
+//!              | rope [B, D] (RoPE only) | scores [capacity] | logits [V]
+//! kv         : per layer (2, cap_l, C_kv) as f32, f16 or int8 (+ scales)     B = tokens per batch
 //!              cap_l = capacity (global layer) or min(capacity, W) (local layer: a ring)
-//! Q = f32 slots to hold one quantized activation row of max(C, I) for q8/q4 weights
+//! Q = f32 slots to hold one quantized activation row of max(C, C_q, I) for q8/q4 weights
 //!     (`kernels::quant_scratch_len`: int8 values and group scales, or the Cortex-M DSP row
 //!     kernels' int16 layout)
+//! rope = each token's cos | sin of its position's angles (D/2 each), made once per batch
 //! ```
 //! Sizes come from [`SessionSizes`], a `const fn` of the config, so a board can size its
 //! `static` buffers at compile time.
 
-use crate::config::Config;
+use crate::config::{Config, Positions};
 use crate::error::Error;
 use crate::kernels;
 use crate::kv_cache::{KvCache, KvDType, KvLayout};
@@ -34,24 +36,51 @@ pub struct SessionSizes {
     pub kv_dtype: KvDType,
 }
 
-impl SessionSizes {
-    /// f32 elements of arena per token of batch: x, xn, the shared qkv/MLP work row, and the
-    /// quantized copy of an activation row for quantized weights.
-    pub const fn per_token(config: &Config) -> usize {
-        let c = config.n_embd as usize;
-        let i = config.n_inner as usize;
-        let work = Self::work_len(config);
-        let widest = if c > i { c } else { i };
-        c.saturating_mul(2).saturating_add(work).saturating_add(kernels::quant_scratch_len(widest, MIN_GROUP))
+/// f32 elements per token of batch of each part of the arena (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ArenaRow {
+    /// `x`: the residual stream, C.
+    x: usize,
+    /// `xn`: a norm's output (C) or the attention output (C_q).
+    xn: usize,
+    /// `work`: the q|k|v product or the MLP's hidden layer (and scratch of C for observers).
+    work: usize,
+    /// `xq`: the quantized copy of an activation row (q8/q4 weights).
+    xq: usize,
+    /// `rope`: cos | sin of the token's position (D; 0 without RoPE).
+    rope: usize,
+}
+
+impl ArenaRow {
+    const fn new(config: &Config) -> Self {
+        const fn max(a: usize, b: usize) -> usize {
+            if a > b {
+                a
+            } else {
+                b
+            }
+        }
+        let (c, cq, i) = (config.n_embd as usize, config.q_dim(), config.n_inner as usize);
+        let rope = if config.learned_positions() { 0 } else { config.head_dim as usize };
+        ArenaRow {
+            x: c,
+            xn: max(c, cq),
+            work: max(max(config.qkv_rows(), config.mlp_rows()), c),
+            xq: kernels::quant_scratch_len(max(max(c, cq), i), MIN_GROUP),
+            rope,
+        }
     }
 
-    const fn work_len(config: &Config) -> usize {
-        let (c, i) = (config.n_embd as usize, config.n_inner as usize);
-        if c.saturating_mul(3) > i {
-            c.saturating_mul(3)
-        } else {
-            i
-        }
+    const fn total(&self) -> usize {
+        self.x.saturating_add(self.xn).saturating_add(self.work).saturating_add(self.xq).saturating_add(self.rope)
+    }
+}
+
+impl SessionSizes {
+    /// f32 elements of arena per token of batch: x, xn, the shared qkv/MLP work row, the
+    /// quantized copy of an activation row for quantized weights, and RoPE's angles.
+    pub const fn per_token(config: &Config) -> usize {
+        ArenaRow::new(config).total()
     }
 
     /// Sizes for `capacity` cached positions, batches of `batch` tokens and an f32 KV cache.
@@ -78,7 +107,7 @@ impl SessionSizes {
         self.arena_len.saturating_mul(4)
     }
 
-    /// Bytes of the KV cache: Σ_l 2 · cap_l · n_embd · (4 | 2 | 1) (+ int8 scales), cap_l =
+    /// Bytes of the KV cache: Σ_l 2 · cap_l · C_kv · (4 | 2 | 1) (+ int8 scales), cap_l =
     /// capacity for a global layer, min(capacity, W) for a local one.
     pub const fn kv_bytes(&self) -> usize {
         self.kv_len.saturating_mul(4)
@@ -211,7 +240,7 @@ impl<'a> Session<'a> {
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<&mut [f32], Error> {
         self.check(tokens)?;
         let n = tokens.len();
-        self.run(tokens, |i| i + 1 == n, |_, _| {}, &mut NoObserver);
+        self.run(tokens, |i| i + 1 == n, |_, _| {}, &mut NoObserver)?;
         self.logits().ok_or(Error::EmptyInput)
     }
 
@@ -225,7 +254,7 @@ impl<'a> Session<'a> {
             return self.prefill(tokens);
         }
         self.check(tokens)?;
-        self.run(tokens, |_| true, |_, _| {}, obs);
+        self.run(tokens, |_| true, |_, _| {}, obs)?;
         self.logits().ok_or(Error::EmptyInput)
     }
 
@@ -248,8 +277,7 @@ impl<'a> Session<'a> {
     /// head is the largest matrix of a small-vocabulary model's pass.
     pub fn prefill_where(&mut self, tokens: &[u32], wants: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32])) -> Result<(), Error> {
         self.check(tokens)?;
-        self.run(tokens, wants, |i, l| each(i, l), &mut NoObserver);
-        Ok(())
+        self.run(tokens, wants, |i, l| each(i, l), &mut NoObserver)
     }
 
     /// Processes one token and returns the logits for the next.
@@ -257,100 +285,146 @@ impl<'a> Session<'a> {
         self.prefill(&[token])
     }
 
-    /// The forward pass over `tokens` (already checked), batch by batch.
-    fn run<O: Observer>(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32]), obs: &mut O) {
+    /// The forward pass over `tokens` (already checked), batch by batch. On an error (a bug:
+    /// see [`Model::layer`]) the cache is rolled back to where it was and no logits are left.
+    fn run<O: Observer>(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32]), obs: &mut O) -> Result<(), Error> {
+        let start = self.cache.len();
         let mut done = 0;
         for chunk in tokens.chunks(self.batch.max(1)) {
             let first = done;
-            self.forward_batch(chunk, |i| wants_logits(first + i), |i, l| each(first + i, l), obs);
+            if let Err(e) = self.forward_batch(chunk, |i| wants_logits(first + i), |i, l| each(first + i, l), obs) {
+                self.cache.set_len(start);
+                self.has_logits = false;
+                return Err(e);
+            }
             done += chunk.len();
         }
+        Ok(())
     }
 
-    /// GPT-2 / GPT-Neo forward pass for one batch of T tokens at positions pos..pos+T. `obs`
-    /// sees every stage (`observe::*` calls: nothing at all for [`NoObserver`]).
-    fn forward_batch<O: Observer>(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32]), obs: &mut O) {
+    /// The forward pass for one batch of T tokens at positions pos..pos+T, for every family:
+    /// the config's data picks the norm, the positions (learned or RoPE), the MLP (plain or
+    /// gated) and the key/value heads. `obs` sees every stage (`observe::*` calls: nothing at
+    /// all for [`NoObserver`]).
+    fn forward_batch<O: Observer>(&mut self, tokens: &[u32], wants_logits: impl Fn(usize) -> bool, mut each: impl FnMut(usize, &[f32]), obs: &mut O) -> Result<(), Error> {
         let model = self.model;
         let cfg = model.config();
-        let (c, t_len) = (cfg.n_embd(), tokens.len());
-        let (n_head, d) = (cfg.n_head(), cfg.head_dim());
+        let (c, t_len, eps) = (cfg.n_embd(), tokens.len(), cfg.layer_norm_epsilon);
+        let (d, group) = (cfg.head_dim(), cfg.kv_group());
+        let (cq, ckv, qkv_w, inner) = (cfg.q_dim(), cfg.kv_dim(), cfg.qkv_rows(), cfg.n_inner());
         let p0 = self.cache.len();
         let par = self.par;
-        let per_work = SessionSizes::work_len(cfg);
-        let per_q = SessionSizes::per_token(cfg) - 2 * c - per_work;
+        let row = ArenaRow::new(cfg);
 
-        let (x, rest) = take(self.arena, self.batch * c); //        residual stream (T, C)
-        let (xn, rest) = take(rest, self.batch * c); //             normed / attention out (T, C)
-        let (work, rest) = take(rest, self.batch * per_work); //    qkv (T, 3C) or MLP hidden (T, I)
-        let (xq, rest) = take(rest, self.batch * per_q); //         int8 activations for q8/q4
-        let (scores, rest) = take(rest, self.cache.capacity()); //  attention scores (S)
-        let (logits, _) = take(rest, cfg.vocab_size()); //          (V)
+        let (x, rest) = take(self.arena, self.batch * row.x); //       residual stream (T, C)
+        let (xn, rest) = take(rest, self.batch * row.xn); //           normed (T, C) / attention out (T, C_q)
+        let (work, rest) = take(rest, self.batch * row.work); //       qkv (T, C_q + 2·C_kv) or MLP hidden (T, I or 2·I)
+        let (xq, rest) = take(rest, self.batch * row.xq); //           int8 activations for q8/q4
+        let (rope, rest) = take(rest, self.batch * row.rope); //       RoPE cos | sin (T, D)
+        let (scores, rest) = take(rest, self.cache.capacity()); //    attention scores (S)
+        let (logits, _) = take(rest, cfg.vocab_size()); //             (V)
         let x = x.get_mut(..t_len * c).unwrap_or(&mut []);
-        let xn = xn.get_mut(..t_len * c).unwrap_or(&mut []);
 
-        // token + position embeddings: x = wte[token] + wpe[pos]   (nn.Embedding ×2, add)
+        // token embeddings, plus learned position embeddings: x = wte[token] (+ wpe[pos])
         let (wte, wpe) = (model.wte(), model.wpe());
         for (t, (&tok, xt)) in tokens.iter().zip(x.chunks_exact_mut(c)).enumerate() {
             kernels::embedding_row(xt, &wte, tok as usize, false);
             obs.row(Stage::Embed, 0, p0 + t, xt);
-            kernels::embedding_row(xt, &wpe, p0 + t, true);
+            if let Some(wpe) = &wpe {
+                kernels::embedding_row(xt, wpe, p0 + t, true);
+            }
         }
-        observe::pos_embed(obs, xn, &wpe, p0, c);
+        if let Some(wpe) = &wpe {
+            observe::pos_embed(obs, xn.get_mut(..t_len * c).unwrap_or(&mut []), wpe, p0, c);
+        }
+        // RoPE: the angles of each token's position, once for all layers
+        if let Positions::Rope { theta } = cfg.positions {
+            for (t, r) in rope.chunks_exact_mut(d).take(t_len).enumerate() {
+                let (cos, sin) = r.split_at_mut(d / 2);
+                kernels::rope_angles(p0 + t, theta, cos, sin);
+            }
+        }
+        let rope = rope.get(..t_len * row.rope).unwrap_or(&[]);
 
         for l in 0..cfg.n_layer() {
-            let w = model.layer(l);
+            let w = model.layer(l)?;
+            let xn_c = xn.get_mut(..t_len * c).unwrap_or(&mut []);
             observe::rows(obs, Stage::ResidPre, l, p0, x, c);
-            // ln_1
-            kernels::layer_norm(xn, x, w.ln_1_weight, w.ln_1_bias, cfg.layer_norm_epsilon);
-            observe::rows(obs, Stage::Ln1, l, p0, xn, c);
-            // attn.c_attn (GPT-Neo: q_proj | k_proj | v_proj, no bias): qkv = xn · W_attnᵀ + b   (T, 3C)
-            let qkv = work.get_mut(..t_len * 3 * c).unwrap_or(&mut []);
-            kernels::linear_par(par, qkv, xn, &w.attn_c_attn, w.attn_c_attn_bias, false, xq);
-            observe::qkv(obs, l, p0, qkv, c);
-            // causal attention softmax(q·kᵀ·scale) · v per head, heads concatenated, token by token:
-            // store its k, v (a local layer's ring keeps the last W), attend to what the cache holds
+            // ln_1 (LayerNorm; Llama: RMSNorm)
+            kernels::norm(cfg.norm, xn_c, x, &w.ln_1, eps);
+            observe::norm(obs, (Stage::Ln1Scale, l, p0), cfg.norm, x, xn_c, c, eps);
+            // attn.c_attn (q | k | v stacked): qkv = xn · W_attnᵀ + b   (T, C_q + 2·C_kv)
+            let qkv = work.get_mut(..t_len * qkv_w).unwrap_or(&mut []);
+            kernels::linear_par(par, qkv, xn_c, &w.attn_c_attn, w.attn_c_attn_bias.unwrap_or_default(), false, xq);
+            observe::qkv(obs, l, p0, qkv, cq, ckv);
+            // RoPE: rotate every query and key head by its token's position
+            if !rope.is_empty() {
+                for (qk_row, r) in qkv.chunks_exact_mut(qkv_w).zip(rope.chunks_exact(d)) {
+                    let (cos, sin) = r.split_at(d / 2);
+                    for head in qk_row.get_mut(..cq + ckv).unwrap_or(&mut []).chunks_exact_mut(d) {
+                        kernels::rope(head, cos, sin);
+                    }
+                }
+                observe::rotated(obs, l, p0, qkv, cq, ckv);
+            }
+            // causal attention softmax(q·kᵀ·scale) · v per query head h, reading key/value head
+            // h / (H / H_kv), heads concatenated, token by token: store its k, v (a local layer's
+            // ring keeps the last W), attend to what the cache holds
             let scale = cfg.attn_scale(l);
             let ring = self.cache.layout().layer_capacity(l);
+            let z = xn.get_mut(..t_len * cq).unwrap_or(&mut []);
             // (threads exist on the desktop only: without `std` this is compiled out of the firmware)
-            let done = cfg!(feature = "std") && !O::ENABLED && attend_par(par, &mut self.cache, (l, p0), qkv, xn, xq, (n_head, d), scale);
-            for (t, (row, out)) in qkv.chunks_exact(3 * c).zip(xn.chunks_exact_mut(c)).enumerate().take(if done { 0 } else { t_len }) {
-                let (k, v) = (row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
+            let done = cfg!(feature = "std") && !O::ENABLED && attend_par(par, &mut self.cache, (l, p0), qkv, z, xq, (cq, ckv, d, group), scale);
+            for (t, (qkv_row, out)) in qkv.chunks_exact(qkv_w).zip(z.chunks_exact_mut(cq)).enumerate().take(if done { 0 } else { t_len }) {
+                let (q, kv) = qkv_row.split_at(cq);
+                let (k, v) = kv.split_at(ckv);
                 self.cache.store(l, p0 + t, k, v);
-                for (h, (q, out_h)) in row.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(n_head).enumerate() {
-                    observe::attention(obs, (l, p0 + t, h), q, (&self.cache, p0 + t + 1, ring), scale, scores);
-                    kernels::attention(out_h, q, &self.cache.head(l, h, p0 + t + 1), scale, scores);
+                for (h, (q, out_h)) in q.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+                    observe::attention(obs, (l, p0 + t, h), q, (&self.cache, h / group, p0 + t + 1, ring), scale, scores);
+                    kernels::attention(out_h, q, &self.cache.head(l, h / group, p0 + t + 1), scale, scores);
                 }
             }
-            observe::rows(obs, Stage::Z, l, p0, xn, c);
-            // attn.c_proj (GPT-Neo: out_proj), then the residual: x += attn · W_projᵀ + b
-            observe::product(obs, (Stage::AttnOut, l, p0), par, work, xn, &w.attn_c_proj, w.attn_c_proj_bias, xq);
-            kernels::linear_par(par, x, xn, &w.attn_c_proj, w.attn_c_proj_bias, true, xq);
+            observe::rows(obs, Stage::Z, l, p0, z, cq);
+            // attn.c_proj (GPT-Neo: out_proj, Llama: o_proj), then the residual: x += z · W_projᵀ + b
+            let proj_bias = w.attn_c_proj_bias.unwrap_or_default();
+            observe::product(obs, (Stage::AttnOut, l, p0), par, work, z, &w.attn_c_proj, proj_bias, xq);
+            kernels::linear_par(par, x, z, &w.attn_c_proj, proj_bias, true, xq);
             observe::rows(obs, Stage::ResidMid, l, p0, x, c);
-            // ln_2
-            kernels::layer_norm(xn, x, w.ln_2_weight, w.ln_2_bias, cfg.layer_norm_epsilon);
-            observe::rows(obs, Stage::Ln2, l, p0, xn, c);
-            // mlp.c_fc and the activation (GELU): h = act(xn · W_fcᵀ + b)   (T, I)
-            let hidden = work.get_mut(..t_len * cfg.n_inner()).unwrap_or(&mut []);
-            kernels::linear_par(par, hidden, xn, &w.mlp_c_fc, w.mlp_c_fc_bias, false, xq);
-            observe::rows(obs, Stage::MlpPre, l, p0, hidden, cfg.n_inner());
-            kernels::activate_par(par, hidden, cfg.n_inner(), cfg.activation);
-            observe::rows(obs, Stage::MlpPost, l, p0, hidden, cfg.n_inner());
-            // mlp.c_proj, then the residual: x += h · W_projᵀ + b
-            observe::product(obs, (Stage::MlpOut, l, p0), par, xn, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, xq);
-            kernels::linear_par(par, x, hidden, &w.mlp_c_proj, w.mlp_c_proj_bias, true, xq);
+            // ln_2 (Llama: post_attention_layernorm)
+            let xn_c = xn.get_mut(..t_len * c).unwrap_or(&mut []);
+            kernels::norm(cfg.norm, xn_c, x, &w.ln_2, eps);
+            observe::norm(obs, (Stage::Ln2Scale, l, p0), cfg.norm, x, xn_c, c, eps);
+            // mlp.c_fc (Llama: gate_proj | up_proj) and the activation:
+            // h = act(xn · W_fcᵀ + b), or act(gate) · up   (T, I)
+            let fc = work.get_mut(..t_len * cfg.mlp_rows()).unwrap_or(&mut []);
+            kernels::linear_par(par, fc, xn_c, &w.mlp_c_fc, w.mlp_c_fc_bias.unwrap_or_default(), false, xq);
+            if cfg.gated_mlp {
+                observe::gate_up(obs, l, p0, fc, inner);
+                kernels::gate_par(par, fc, inner, cfg.activation);
+            } else {
+                observe::rows(obs, Stage::MlpPre, l, p0, fc, inner);
+                kernels::activate_par(par, fc, inner, cfg.activation);
+            }
+            let hidden = work.get(..t_len * inner).unwrap_or(&[]);
+            observe::rows(obs, Stage::MlpPost, l, p0, hidden, inner);
+            // mlp.c_proj (Llama: down_proj), then the residual: x += h · W_projᵀ + b
+            let mlp_bias = w.mlp_c_proj_bias.unwrap_or_default();
+            observe::product(obs, (Stage::MlpOut, l, p0), par, xn_c, hidden, &w.mlp_c_proj, mlp_bias, xq);
+            kernels::linear_par(par, x, hidden, &w.mlp_c_proj, mlp_bias, true, xq);
             observe::rows(obs, Stage::ResidPost, l, p0, x, c);
         }
         self.cache.set_len(p0 + t_len);
 
-        // ln_f, then the (tied) head: logits = ln_f(x) · wteᵀ, only for the rows asked for
-        let (ln_f_w, ln_f_b) = model.ln_f();
-        let head = model.lm_head();
+        // ln_f (Llama: model.norm), then the head: logits = ln_f(x) · W_headᵀ (wte when tied),
+        // only for the rows asked for
+        let (ln_f, head) = (model.ln_f(), model.lm_head());
+        let xn = xn.get_mut(..t_len * c).unwrap_or(&mut []);
         for (t, (xt, xnt)) in x.chunks_exact(c).zip(xn.chunks_exact_mut(c)).enumerate() {
             if !wants_logits(t) {
                 continue;
             }
-            kernels::layer_norm(xnt, xt, ln_f_w, ln_f_b, cfg.layer_norm_epsilon);
-            obs.row(Stage::LnFinal, 0, p0 + t, xnt);
+            kernels::norm(cfg.norm, xnt, xt, &ln_f, eps);
+            observe::norm(obs, (Stage::LnFinalScale, 0, p0 + t), cfg.norm, xt, xnt, c, eps);
             kernels::linear_par(par, logits, xnt, &head, &[], false, xq);
             obs.row(Stage::Logits, 0, p0 + t, logits);
             each(t, logits);
@@ -359,6 +433,7 @@ impl<'a> Session<'a> {
         if !wants_logits(t_len.saturating_sub(1)) {
             self.has_logits = false;
         }
+        Ok(())
     }
 }
 
@@ -378,25 +453,25 @@ fn attend_par(
     qkv: &[f32],
     out: &mut [f32],
     spare: &mut [f32],
-    (n_head, d): (usize, usize),
+    (cq, ckv, d, group): (usize, usize, usize, usize),
     scale: f32,
 ) -> bool {
     let Some(par) = par else { return false };
-    let c = n_head * d;
-    let (threads, t_len) = (par.threads(), qkv.len() / (3 * c).max(1));
+    let row = cq + 2 * ckv;
+    let (threads, t_len) = (par.threads(), qkv.len() / row.max(1));
     let end = p0 + t_len;
-    if threads < 2 || t_len < 2 * threads || end > cache.layout().layer_capacity(l) || out.len() < t_len * c {
+    if threads < 2 || t_len < 2 * threads || end > cache.layout().layer_capacity(l) || out.len() < t_len * cq || d == 0 {
         return false;
     }
-    if t_len.saturating_mul(end).saturating_mul(c) < kernels::PARALLEL_MIN_MACS {
+    if t_len.saturating_mul(end).saturating_mul(cq) < kernels::PARALLEL_MIN_MACS {
         return false;
     }
     let tasks = (spare.len() / end.max(1)).min(t_len).min(4 * threads);
     if tasks < threads {
         return false;
     }
-    for (t, row) in qkv.chunks_exact(3 * c).enumerate() {
-        cache.store(l, p0 + t, row.get(c..2 * c).unwrap_or(&[]), row.get(2 * c..).unwrap_or(&[]));
+    for (t, r) in qkv.chunks_exact(row).enumerate() {
+        cache.store(l, p0 + t, r.get(cq..cq + ckv).unwrap_or(&[]), r.get(cq + ckv..).unwrap_or(&[]));
     }
     let cache = &*cache;
     let (outs, scores) = (kernels::Shared::new(out), kernels::Shared::new(spare));
@@ -405,14 +480,13 @@ fn attend_par(
         // length) and the output rows of tokens i, i + tasks, i + 2·tasks, …
         let s = unsafe { scores.range(i * end, (i + 1) * end) };
         for t in (i..t_len).step_by(tasks) {
-            let q = qkv.get(t * 3 * c..t * 3 * c + c).unwrap_or(&[]);
+            let q = qkv.get(t * row..t * row + cq).unwrap_or(&[]);
             // SAFETY: as above.
-            let o = unsafe { outs.range(t * c, (t + 1) * c) };
-            for (h, (qh, oh)) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)).take(n_head).enumerate() {
-                kernels::attention(oh, qh, &cache.head(l, h, p0 + t + 1), scale, s);
+            let o = unsafe { outs.range(t * cq, (t + 1) * cq) };
+            for (h, (qh, oh)) in q.chunks_exact(d).zip(o.chunks_exact_mut(d)).enumerate() {
+                kernels::attention(oh, qh, &cache.head(l, h / group, p0 + t + 1), scale, s);
             }
         }
     });
     true
 }
-

@@ -47,12 +47,28 @@ pub fn fixture_dir(case: &str) -> PathBuf {
 }
 
 /// The fixture cases made by `tests/make_fixtures.py`: GPT-2, then GPT-Neo (local layers with
-/// windows much shorter than the sequence).
-pub const CASES: [&str; 9] =
-    ["tiny", "odd", "fp16", "bf16", "hub_layout", "untied", "neo_alternating", "neo_local_fp16", "neo_hub_layout"];
+/// windows much shorter than the sequence), then Llama (RMSNorm, RoPE, gated MLP, grouped- and
+/// multi-query attention).
+pub const CASES: [&str; 12] = [
+    "tiny",
+    "odd",
+    "fp16",
+    "bf16",
+    "hub_layout",
+    "untied",
+    "neo_alternating",
+    "neo_local_fp16",
+    "neo_hub_layout",
+    "llama_gqa",
+    "llama_bf16_untied",
+    "llama_mqa_bias",
+];
 
 /// The GPT-Neo cases of [`CASES`].
 pub const NEO_CASES: [&str; 3] = ["neo_alternating", "neo_local_fp16", "neo_hub_layout"];
+
+/// The Llama cases of [`CASES`].
+pub const LLAMA_CASES: [&str; 3] = ["llama_gqa", "llama_bf16_untied", "llama_mqa_bias"];
 
 /// Parsed `reference.json`.
 pub fn reference(dir: &Path) -> Value {

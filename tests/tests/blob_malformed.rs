@@ -40,9 +40,9 @@ fn empty_and_wrong_magic() {
 #[test]
 fn future_version() {
     let mut b = tiny_blob();
-    for version in [0u32, 3, 0xFFFF_FFFF] {
+    for version in [0u32, 4, 0xFFFF_FFFF] {
         b[8..12].copy_from_slice(&version.to_le_bytes());
-        assert_eq!(load(&b), Err(Error::UnsupportedVersion { found: version, supported: 2 }));
+        assert_eq!(load(&b), Err(Error::UnsupportedVersion { found: version, supported: 3 }));
     }
 }
 

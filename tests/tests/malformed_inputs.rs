@@ -22,7 +22,7 @@ use runtime::error::{ConfigField, SamplerParam};
 use runtime::generate::{generate, Control, GenerateOptions, StopReason, Summary};
 use runtime::sampler::{Sampler, SamplerConfig};
 use runtime::tokenizer::Tokenizer;
-use runtime::config::{Arch, LayerMask};
+use runtime::config::{Arch, LayerMask, Norm, Positions};
 use runtime::kv_cache::KvLayout;
 use runtime::{Activation, Config, Error, KvDType, Model, Session, SessionSizes};
 
@@ -49,6 +49,7 @@ fn config() -> Config {
         qkv_bias: true,
         attn_window: 0,
         local_layers: LayerMask::NONE,
+        ..Config::gpt2(260, 8, 8, 2, 2)
     }
 }
 
@@ -69,22 +70,13 @@ fn values(n: usize, salt: usize) -> Vec<f32> {
     (0..n).map(|i| (((i * 7919 + salt * 104_729) % 1000) as f32 / 1000.0 - 0.5) * 0.4).collect()
 }
 
-/// A tensor of the right shape for `cfg`, in `dtype` (vectors always f32).
+/// A tensor of the shape `cfg` gives it (GPT-2's, when the config has no such tensor), in
+/// `dtype` (vectors always f32).
 fn tensor(cfg: &Config, role: Role, layer: u32, dtype: DType) -> TensorData {
-    let (c, i, v, t) = (cfg.n_embd, cfg.n_inner, cfg.vocab_size, cfg.n_ctx);
-    let shape = match role {
-        Role::Wte | Role::LmHead => [v, c],
-        Role::Wpe => [t, c],
-        Role::AttnCAttnWeight => [3 * c, c],
-        Role::AttnCAttnBias => [3 * c, 1],
-        Role::AttnCProjWeight => [c, c],
-        Role::MlpCFcWeight => [i, c],
-        Role::MlpCFcBias => [i, 1],
-        Role::MlpCProjWeight => [c, i],
-        _ => [c, 1],
-    };
+    let gpt2 = Config::gpt2(cfg.vocab_size, cfg.n_ctx, cfg.n_embd, cfg.n_layer, cfg.n_head);
+    let [rows, cols] = role.shape(cfg).or(role.shape(&Config { n_inner: cfg.n_inner, ..gpt2 })).expect("every role has a GPT-2 shape");
     let dtype = if role.is_matrix() { dtype } else { DType::F32 };
-    with_shape(role, layer, shape, dtype, 1 + layer as usize * 31 + role as usize)
+    with_shape(role, layer, [rows as u32, cols as u32], dtype, 1 + layer as usize * 31 + role as usize)
 }
 
 /// A tensor of any shape and dtype, with data of the matching length.
@@ -103,13 +95,19 @@ fn with_shape(role: Role, layer: u32, shape: [u32; 2], dtype: DType, salt: usize
     TensorData { role, layer, dtype, shape, bytes }
 }
 
-/// Every tensor of `cfg` in the canonical order, matrices in `dtype` (no `attn.c_attn.bias`
-/// when the config has no q/k/v biases).
+/// Every tensor of `cfg` in the canonical order (those [`Role::shape`] says it has; a tied
+/// head), matrices in `dtype`.
 fn tensors(cfg: &Config, dtype: DType) -> Vec<TensorData> {
-    let globals = [Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias].map(|r| tensor(cfg, r, 0, dtype));
-    let roles = LAYER_ROLES.into_iter().filter(|&r| cfg.qkv_bias || r != Role::AttnCAttnBias);
+    let globals = [Role::Wte, Role::Wpe, Role::LnFWeight, Role::LnFBias].into_iter().filter(|r| r.shape(cfg).is_some()).map(|r| tensor(cfg, r, 0, dtype));
+    let roles = LAYER_ROLES.into_iter().filter(|r| r.shape(cfg).is_some());
     let layers = (0..cfg.n_layer).flat_map(|l| roles.clone().map(move |r| tensor(cfg, r, l, dtype)));
-    globals.into_iter().chain(layers).collect()
+    globals.chain(layers).collect()
+}
+
+/// The same size as Llama data: RMSNorm, RoPE, a gated SiLU MLP, 2 heads of 6 on one key/value
+/// head (multi-query; C_q = 12 in an 8-wide model), no biases.
+fn llama_config() -> Config {
+    Config { head_dim: 6, ..Config::llama(260, 8, 8, 2, 2, 1, 16) }
 }
 
 /// The same model as GPT-Neo data: no q/k/v biases, unscaled scores, layer 1 local with a
@@ -200,6 +198,7 @@ impl Enc {
             Activation::GeluTanh => 0,
             Activation::GeluErf => 1,
             Activation::Relu => 2,
+            Activation::Silu => 3,
         });
         self.0.extend_from_slice(&[c.scale_attn_weights as u8, c.scale_attn_by_inverse_layer_idx as u8]);
         self.varint(c.bos_token_id.into());
@@ -208,12 +207,28 @@ impl Enc {
         self.varint(match c.arch {
             Arch::Gpt2 => 0,
             Arch::GptNeo => 1,
+            Arch::Llama => 2,
         });
         self.0.push(c.qkv_bias as u8);
         self.varint(c.attn_window.into());
         for w in c.local_layers.0 {
             self.varint(w);
         }
+        // format v3: n_kv_head, head_dim, norm, positions (enum + θ), gated_mlp, attn_out_bias, mlp_bias
+        self.varint(c.n_kv_head.into());
+        self.varint(c.head_dim.into());
+        self.varint(match c.norm {
+            Norm::LayerNorm => 0,
+            Norm::RmsNorm => 1,
+        });
+        match c.positions {
+            Positions::Learned => self.varint(0),
+            Positions::Rope { theta } => {
+                self.varint(1);
+                self.0.extend_from_slice(&theta.to_le_bytes());
+            }
+        }
+        self.0.extend_from_slice(&[c.gated_mlp as u8, c.attn_out_bias as u8, c.mlp_bias as u8]);
     }
     fn section(&mut self, s: &Section) {
         self.varint(s.offset);
@@ -442,7 +457,7 @@ fn header_disagreeing_with_the_config() {
             written(cfg, |t| {
                 t.pop();
             }),
-            Error::MissingTensor { role: Role::Ln1Weight, layer: 1 },
+            Error::MissingTensor { role: Role::MlpCProjBias, layer: 1 },
         ),
         (
             "h.1.ln_1.weight labelled layer 2 of 2",
@@ -460,7 +475,7 @@ fn header_disagreeing_with_the_config() {
                 t.push(tensor(&cfg, Role::MlpCProjBias, 1, DType::F32));
                 t.push(tensor(&cfg, Role::MlpCProjBias, 1, DType::F32));
             }),
-            Error::UnexpectedTensor { role: Role::LmHead, layer: 0 },
+            Error::UnexpectedTensor { role: Role::MlpCProjBias, layer: 1 },
         ),
         // config values out of range
         ("vocab_size 0", bad_config(|c| c.vocab_size = 0), Error::BadConfig { what: ConfigField::VocabSize, value: 0 }),
@@ -473,7 +488,10 @@ fn header_disagreeing_with_the_config() {
         ("n_embd 0", bad_config(|c| c.n_embd = 0), Error::BadConfig { what: ConfigField::NEmbd, value: 0 }),
         ("n_layer 0", bad_config(|c| c.n_layer = 0), Error::BadConfig { what: ConfigField::NLayer, value: 0 }),
         ("n_layer 1025", bad_config(|c| c.n_layer = 1025), Error::BadConfig { what: ConfigField::NLayer, value: 1025 }),
-        ("n_head 3 (does not divide 8)", bad_config(|c| c.n_head = 3), Error::BadConfig { what: ConfigField::NHead, value: 3 }),
+        ("n_head 3 on 2 key/value heads", bad_config(|c| c.n_head = 3), Error::BadConfig { what: ConfigField::NKvHead, value: 2 }),
+        ("n_kv_head 0", bad_config(|c| c.n_kv_head = 0), Error::BadConfig { what: ConfigField::NKvHead, value: 0 }),
+        ("head_dim 0", bad_config(|c| c.head_dim = 0), Error::BadConfig { what: ConfigField::HeadDim, value: 0 }),
+        ("head_dim 65537", bad_config(|c| c.head_dim = 65537), Error::BadConfig { what: ConfigField::HeadDim, value: 65537 }),
         ("n_head 0", bad_config(|c| c.n_head = 0), Error::BadConfig { what: ConfigField::NHead, value: 0 }),
         ("n_inner 0", bad_config(|c| c.n_inner = 0), Error::BadConfig { what: ConfigField::NInner, value: 0 }),
         (
@@ -745,6 +763,102 @@ fn gpt_neo_config_and_tensors_disagreeing() {
                 t
             }),
             Error::UnexpectedTensor { role: Role::AttnCAttnBias, layer: 1 },
+        ),
+    ];
+    check_table(rows.into_iter().map(|(n, b, e)| (n.to_string(), b, e)).collect());
+}
+
+/// Llama-shaped configs against their tensors: what RoPE, RMSNorm, the gated MLP and
+/// grouped-query attention change in the table is checked like every other shape.
+#[test]
+fn llama_config_and_tensors_disagreeing() {
+    let llama = llama_config();
+    let with = |f: fn(&mut Config)| {
+        let mut c = llama_config();
+        f(&mut c);
+        c
+    };
+    let blob = |c: Config, t: Vec<TensorData>| write_blob(&contents(c, t, None)).unwrap();
+    let valid = blob(llama, tensors(&llama, DType::F32));
+    assert_eq!(load(&valid), Ok(Ok(())));
+    // the independent encoder writes the v3 fields as the writer does
+    assert_eq!(Raw::parse(&valid).bytes(), valid);
+    let file = BlobFile::from_bytes(&valid);
+    let model = file.model().unwrap();
+    assert_eq!((model.wpe().is_none(), model.ln_f().bias.is_none(), model.layer(1).unwrap().attn_c_attn.rows), (true, true, 24));
+    assert_eq!(model.layer(2).err(), Some(Error::LayerOutOfRange { layer: 2, n_layer: 2 }));
+    let sizes = SessionSizes::new(model.config(), 8, 3);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, 8).unwrap();
+    assert!(s.prefill(&[1, 2, 3, 4]).unwrap().iter().all(|l| l.is_finite()));
+    let gpt2 = config();
+    let rows: Vec<(&str, Vec<u8>, Error)> = vec![
+        (
+            "RoPE in the config, wpe in the table",
+            blob(llama, {
+                let mut t = tensors(&llama, DType::F32);
+                t.insert(1, tensor(&gpt2, Role::Wpe, 0, DType::F32));
+                t
+            }),
+            Error::UnexpectedTensor { role: Role::Wpe, layer: 0 },
+        ),
+        (
+            "RMSNorm in the config, LayerNorm biases in the table",
+            blob(llama, {
+                let mut t = tensors(&llama, DType::F32);
+                t.insert(2, tensor(&gpt2, Role::LnFBias, 0, DType::F32));
+                t
+            }),
+            Error::UnexpectedTensor { role: Role::LnFBias, layer: 0 },
+        ),
+        (
+            "a Llama config over GPT-2's tensors",
+            blob(llama, tensors(&gpt2, DType::F32)),
+            Error::UnexpectedTensor { role: Role::Wpe, layer: 0 },
+        ),
+        (
+            "one key/value head in the config, q|k|v with every head's k and v",
+            blob(llama, {
+                let mut t = tensors(&llama, DType::F32);
+                *find(&mut t, Role::AttnCAttnWeight, 0) = with_shape(Role::AttnCAttnWeight, 0, [36, 8], DType::F32, 3);
+                t
+            }),
+            Error::BadShape { role: Role::AttnCAttnWeight, layer: 0, expected: [24, 8], found: [36, 8] },
+        ),
+        (
+            "a gated MLP in the config, c_fc with I rows (no up)",
+            blob(llama, {
+                let mut t = tensors(&llama, DType::F32);
+                *find(&mut t, Role::MlpCFcWeight, 1) = with_shape(Role::MlpCFcWeight, 1, [16, 8], DType::F32, 3);
+                t
+            }),
+            Error::BadShape { role: Role::MlpCFcWeight, layer: 1, expected: [32, 8], found: [16, 8] },
+        ),
+        (
+            "head_dim 6 in the config, o_proj [C, C]",
+            blob(llama, {
+                let mut t = tensors(&llama, DType::F32);
+                *find(&mut t, Role::AttnCProjWeight, 0) = with_shape(Role::AttnCProjWeight, 0, [8, 8], DType::F32, 3);
+                t
+            }),
+            Error::BadShape { role: Role::AttnCProjWeight, layer: 0, expected: [8, 12], found: [8, 8] },
+        ),
+        (
+            "attention biases in the config, none in the table",
+            blob(with(|c| c.qkv_bias = true), tensors(&llama, DType::F32)),
+            Error::MissingTensor { role: Role::AttnCAttnBias, layer: 0 },
+        ),
+        ("3 key/value heads for 2 heads", blob(with(|c| c.n_kv_head = 3), tensors(&llama, DType::F32)), Error::BadConfig { what: ConfigField::NKvHead, value: 3 }),
+        ("odd head_dim 5 with RoPE", blob(with(|c| c.head_dim = 5), tensors(&llama, DType::F32)), Error::BadConfig { what: ConfigField::HeadDim, value: 5 }),
+        (
+            "RoPE θ NaN",
+            blob(with(|c| c.positions = Positions::Rope { theta: f32::NAN }), tensors(&llama, DType::F32)),
+            Error::BadConfig { what: ConfigField::RopeTheta, value: f32::NAN.to_bits() as u64 },
+        ),
+        (
+            "RoPE θ 0",
+            blob(with(|c| c.positions = Positions::Rope { theta: 0.0 }), tensors(&llama, DType::F32)),
+            Error::BadConfig { what: ConfigField::RopeTheta, value: 0 },
         ),
     ];
     check_table(rows.into_iter().map(|(n, b, e)| (n.to_string(), b, e)).collect());
@@ -1136,7 +1250,7 @@ fn every_error_displays_its_numbers() {
 #[test]
 fn kv_cache_size_saturates_instead_of_overflowing() {
     use runtime::KvCache;
-    let cfg = Config { n_layer: 1024, n_embd: 65536, n_head: 1, n_ctx: 65536, ..config() };
+    let cfg = Config { n_layer: 1024, n_embd: 65536, n_head: 1, n_kv_head: 1, head_dim: 65536, n_ctx: 65536, ..config() };
     // representable sizes are exact
     assert_eq!(KvCache::required_len(KvDType::F32, &KvLayout::uniform(1024, 65536, 65536, 1)), 1 << 43);
     assert_eq!(SessionSizes::with_kv(&cfg, 65536, 1, KvDType::I8).kv_len, (1 << 41) + (1 << 27));

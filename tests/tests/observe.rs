@@ -83,7 +83,7 @@ fn the_observed_pass_gives_the_unobserved_bits() {
 
 #[test]
 fn every_stage_is_the_arithmetic_it_names() {
-    for case in ["odd", "untied", "tiny"] {
+    for case in ["odd", "untied", "tiny", "llama_gqa", "llama_bf16_untied"] {
         let dir = fixture_dir(case);
         let input = ids(&reference(&dir)["input_ids"]);
         let input = &input[..13];
@@ -91,6 +91,7 @@ fn every_stage_is_the_arithmetic_it_names() {
         let model = blob.model().unwrap();
         let cfg = *model.config();
         let (c, h, d, n_layer, t) = (cfg.n_embd(), cfg.n_head(), cfg.head_dim(), cfg.n_layer(), input.len());
+        let (eps, group, rope) = (cfg.layer_norm_epsilon, cfg.kv_group(), !cfg.learned_positions());
         let (mut a, mut k) = Default::default();
         let mut s = session(&model, &mut a, &mut k, 4, KvDType::F32);
         let mut obs = All::default();
@@ -100,65 +101,92 @@ fn every_stage_is_the_arithmetic_it_names() {
         }
         let row = |stage, l, p| -> &Vec<f32> { obs.rows.get(&(stage, l, p)).unwrap_or_else(|| panic!("{case}: no {stage:?} layer {l} pos {p}")) };
         let add = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x + y).collect::<Vec<f32>>();
-        // every row stage of every layer and position, exactly once
-        let per_layer_rows = Stage::ALL.iter().filter(|s| s.per_layer() && !matches!(s, Stage::AttnScores | Stage::AttnPattern)).count();
-        assert_eq!(obs.rows.len(), t * (4 + n_layer * per_layer_rows), "{case}: rows reported");
+        // every row stage the model has, of every layer and position, exactly once
+        let has = |s: &&Stage| s.applies(&cfg) && !matches!(s, Stage::AttnScores | Stage::AttnPattern);
+        let (per_layer_rows, other_rows) = (Stage::ALL.iter().filter(has).filter(|s| s.per_layer()).count(), Stage::ALL.iter().filter(has).filter(|s| !s.per_layer()).count());
+        assert_eq!(obs.rows.len(), t * (other_rows + n_layer * per_layer_rows), "{case}: rows reported");
+        assert!(obs.rows.keys().all(|(s, _, _)| s.applies(&cfg)), "{case}: a stage the model does not have was reported");
         assert_eq!(obs.attn.len(), 2 * t * n_layer * h, "{case}: attention rows reported");
+        let norm = |x: &[f32], w: &runtime::model::NormWeights<'_>| {
+            let mut n = vec![0.0; c];
+            kernels::norm(cfg.norm, &mut n, x, w, eps);
+            (n, vec![kernels::norm_scale(cfg.norm, x, eps)])
+        };
         for p in 0..t {
-            let (wte, wpe) = (model.wte(), model.wpe());
-            let (mut e, mut pe) = (vec![0.0; c], vec![0.0; c]);
-            kernels::embedding_row(&mut e, &wte, input[p] as usize, false);
-            kernels::embedding_row(&mut pe, &wpe, p, false);
+            let mut e = vec![0.0; c];
+            kernels::embedding_row(&mut e, &model.wte(), input[p] as usize, false);
             assert_eq!(bits(row(Stage::Embed, 0, p)), bits(&e));
-            assert_eq!(bits(row(Stage::PosEmbed, 0, p)), bits(&pe));
-            assert_eq!(bits(row(Stage::ResidPre, 0, p)), bits(&add(&e, &pe)), "{case}: resid_pre 0 = embed + pos_embed");
+            match model.wpe() {
+                Some(wpe) => {
+                    let mut pe = vec![0.0; c];
+                    kernels::embedding_row(&mut pe, &wpe, p, false);
+                    assert_eq!(bits(row(Stage::PosEmbed, 0, p)), bits(&pe));
+                    assert_eq!(bits(row(Stage::ResidPre, 0, p)), bits(&add(&e, &pe)), "{case}: resid_pre 0 = embed + pos_embed");
+                }
+                None => assert_eq!(bits(row(Stage::ResidPre, 0, p)), bits(&e), "{case}: resid_pre 0 = embed (RoPE)"),
+            }
             for l in 0..n_layer {
-                let w = model.layer(l);
-                let mut n = vec![0.0; c];
-                kernels::layer_norm(&mut n, row(Stage::ResidPre, l, p), w.ln_1_weight, w.ln_1_bias, cfg.layer_norm_epsilon);
+                let w = model.layer(l).unwrap();
+                let (n, scale) = norm(row(Stage::ResidPre, l, p), &w.ln_1);
                 assert_eq!(bits(row(Stage::Ln1, l, p)), bits(&n), "{case}: ln1");
-                // attention: scores = q·k · scale, pattern = softmax(scores), z = Σ pattern · v
-                let mut scale = 1.0 / (d as f32).sqrt();
+                assert_eq!(bits(row(Stage::Ln1Scale, l, p)), bits(&scale), "{case}: ln1_scale");
+                // RoPE: rot_q / rot_k are q / k rotated by the position's angles
+                let (q_stage, k_stage) = if rope { (Stage::RotQ, Stage::RotK) } else { (Stage::Q, Stage::K) };
+                if let runtime::config::Positions::Rope { theta } = cfg.positions {
+                    let (mut cos, mut sin) = (vec![0.0; d / 2], vec![0.0; d / 2]);
+                    kernels::rope_angles(p, theta, &mut cos, &mut sin);
+                    for (stage, rot) in [(Stage::Q, Stage::RotQ), (Stage::K, Stage::RotK)] {
+                        let mut r = row(stage, l, p).clone();
+                        r.chunks_exact_mut(d).for_each(|head| kernels::rope(head, &cos, &sin));
+                        assert_eq!(bits(row(rot, l, p)), bits(&r), "{case}: {rot:?} l {l} p {p}");
+                    }
+                }
+                // attention: scores = q·k · scale, pattern = softmax(scores), z = Σ pattern · v,
+                // query head hd reading key/value head hd / group
+                let mut scale = if cfg.scale_attn_weights { 1.0 / (d as f32).sqrt() } else { 1.0 };
                 if cfg.scale_attn_by_inverse_layer_idx {
                     scale /= (l + 1) as f32;
                 }
-                let (q, z) = (row(Stage::Q, l, p), row(Stage::Z, l, p));
+                let (q, z) = (row(q_stage, l, p), row(Stage::Z, l, p));
                 for hd in 0..h {
-                    let sl = hd * d..(hd + 1) * d;
+                    let (sl, kv) = (hd * d..(hd + 1) * d, (hd / group) * d..(hd / group + 1) * d);
                     let scores = &obs.attn[&(Stage::AttnScores, l, p, hd)];
                     let pattern = &obs.attn[&(Stage::AttnPattern, l, p, hd)];
                     assert_eq!(scores.len(), p + 1, "{case}: causal: query {p} sees {} keys", scores.len());
-                    let mut want: Vec<f32> = (0..=p).map(|j| kernels::dot_f32(&q[sl.clone()], &row(Stage::K, l, j)[sl.clone()]) * scale).collect();
+                    let mut want: Vec<f32> = (0..=p).map(|j| kernels::dot_f32(&q[sl.clone()], &row(k_stage, l, j)[kv.clone()]) * scale).collect();
                     assert_eq!(bits(&scores.iter().map(|x| x.1).collect::<Vec<_>>()), bits(&want), "{case}: attn_scores l {l} p {p} h {hd}");
                     assert!(scores.iter().enumerate().all(|(j, x)| x.0 == j), "{case}: key positions");
                     kernels::softmax(&mut want);
                     assert_eq!(bits(&pattern.iter().map(|x| x.1).collect::<Vec<_>>()), bits(&want), "{case}: attn_pattern");
                     let mut mix = vec![0.0f32; d];
                     for (j, &(_, pw)) in pattern.iter().enumerate() {
-                        for (o, &vv) in mix.iter_mut().zip(&row(Stage::V, l, j)[sl.clone()]) {
+                        for (o, &vv) in mix.iter_mut().zip(&row(Stage::V, l, j)[kv.clone()]) {
                             *o += pw * vv;
                         }
                     }
                     assert_eq!(bits(&z[sl.clone()]), bits(&mix), "{case}: z = pattern · v, l {l} p {p} h {hd}");
                 }
                 assert_eq!(bits(row(Stage::ResidMid, l, p)), bits(&add(row(Stage::ResidPre, l, p), row(Stage::AttnOut, l, p))), "{case}: resid_mid");
-                kernels::layer_norm(&mut n, row(Stage::ResidMid, l, p), w.ln_2_weight, w.ln_2_bias, cfg.layer_norm_epsilon);
+                let (n, scale) = norm(row(Stage::ResidMid, l, p), &w.ln_2);
                 assert_eq!(bits(row(Stage::Ln2, l, p)), bits(&n), "{case}: ln2");
+                assert_eq!(bits(row(Stage::Ln2Scale, l, p)), bits(&scale), "{case}: ln2_scale");
                 let mut post = row(Stage::MlpPre, l, p).clone();
                 kernels::activate(&mut post, cfg.activation);
+                if cfg.gated_mlp {
+                    post.iter_mut().zip(row(Stage::MlpPreLinear, l, p)).for_each(|(g, u)| *g *= u);
+                }
                 assert_eq!(bits(row(Stage::MlpPost, l, p)), bits(&post), "{case}: mlp_post");
                 let mut out = vec![0.0; c];
-                kernels::linear(&mut out, &post, &w.mlp_c_proj, w.mlp_c_proj_bias, false, &mut []);
+                kernels::linear(&mut out, &post, &w.mlp_c_proj, w.mlp_c_proj_bias.unwrap_or_default(), false, &mut []);
                 assert_eq!(bits(row(Stage::MlpOut, l, p)), bits(&out), "{case}: mlp_out = c_proj(mlp_post)");
                 assert_eq!(bits(row(Stage::ResidPost, l, p)), bits(&add(row(Stage::ResidMid, l, p), &out)), "{case}: resid_post");
                 if l + 1 < n_layer {
                     assert_eq!(row(Stage::ResidPre, l + 1, p), row(Stage::ResidPost, l, p));
                 }
             }
-            let (fw, fb) = model.ln_f();
-            let mut n = vec![0.0; c];
-            kernels::layer_norm(&mut n, row(Stage::ResidPost, n_layer - 1, p), fw, fb, cfg.layer_norm_epsilon);
+            let (n, scale) = norm(row(Stage::ResidPost, n_layer - 1, p), &model.ln_f());
             assert_eq!(bits(row(Stage::LnFinal, 0, p)), bits(&n), "{case}: ln_final");
+            assert_eq!(bits(row(Stage::LnFinalScale, 0, p)), bits(&scale), "{case}: ln_final_scale");
         }
         // the order of the pass: embeddings first, logits last
         assert_eq!(obs.order.first(), Some(&Stage::Embed));

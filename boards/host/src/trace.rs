@@ -332,7 +332,7 @@ fn tutorial(lang: Lang) -> Result<()> {
 
     // 7. LayerNorm, 8. GELU
     let mut normed = [0.0f32; 3];
-    kernels::layer_norm(&mut normed, &LN_X, &[1.0; 3], &[0.0; 3], 1e-5);
+    kernels::layer_norm(&mut normed, &LN_X, &[1.0; 3], Some(&[0.0; 3]), 1e-5);
     let mean = LN_X.iter().sum::<f32>() / 3.0;
     let var = LN_X.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / 3.0;
     let _ = writeln!(out, "\n7. {}   (kernels::layer_norm, γ = 1, β = 0, ε = 1e-5)", w.ln);

@@ -21,12 +21,12 @@ fn join(ids: &[serde_json::Value]) -> String {
     ids.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
 }
 
-/// The command line of the contract, on GPT-2 and GPT-Neo fixtures (local layers whose rings
-/// wrap): the arrays equal transformers' within 1e-4 + 1e-4·|ref|, and trace.json lists the T
-/// tokens they cover.
+/// The command line of the contract, on GPT-2, GPT-Neo (local layers whose rings wrap) and
+/// Llama fixtures (grouped-query attention, RoPE, an explicit head_dim): the arrays equal
+/// transformers' within 1e-4 + 1e-4·|ref|, and trace.json lists the T tokens they cover.
 #[test]
 fn trace_writes_transformers_hidden_states_and_attentions() {
-    for case in ["tiny", "untied", "neo_alternating", "neo_local_fp16"] {
+    for case in ["tiny", "untied", "neo_alternating", "neo_local_fp16", "llama_gqa", "llama_bf16_untied"] {
         let dir = root().join("tests/fixtures").join(case);
         let conv = host_tools::convert::convert(&dir, &Default::default()).unwrap();
         let tmp = std::env::temp_dir().join(format!("host-trace-cli-{case}-{}", std::process::id()));
@@ -65,7 +65,12 @@ fn trace_writes_transformers_hidden_states_and_attentions() {
             let want: Vec<u64> = shape.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
             assert_eq!(s, want, "{case}: {name}");
         }
-        assert_eq!(json["files"].as_object().unwrap().len(), 21);
+        // the two transformers-shaped arrays and one per stage the model has (GPT-2 and GPT-Neo
+        // have no rot_q, rot_k or mlp_pre_linear; Llama no pos_embed)
+        let config = host_tools::convert::convert(&dir, &Default::default()).unwrap().config;
+        let stages = runtime::observe::Stage::ALL.iter().filter(|s| s.applies(&config)).count();
+        assert_eq!(json["files"].as_object().unwrap().len(), 2 + stages, "{case}: files");
+        assert_eq!(stages, if config.learned_positions() { 22 } else { 24 }, "{case}: stages");
     }
 }
 
