@@ -1260,7 +1260,7 @@ pub fn layer_norm(out: &mut [f32], x: &[f32], weight: &[f32], bias: Option<&[f32
     }
     for (xr, or) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
         let mean = xr.iter().sum::<f32>() / c as f32;
-        let rstd = 1.0 / norm_scale(Norm::LayerNorm, xr, eps);
+        let rstd = 1.0 / layer_norm_scale(xr, mean, eps);
         match bias {
             Some(bias) => {
                 for (((o, &v), &w), &b) in or.iter_mut().zip(xr).zip(weight).zip(bias) {
@@ -1276,6 +1276,20 @@ pub fn layer_norm(out: &mut [f32], x: &[f32], weight: &[f32], bias: Option<&[f32
     }
 }
 
+/// √(var + ε) of a row whose mean is `mean` (population variance).
+#[inline(always)]
+fn layer_norm_scale(x: &[f32], mean: f32, eps: f32) -> f32 {
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / x.len().max(1) as f32;
+    libm::sqrtf(var + eps)
+}
+
+/// √(mean(x²) + ε) of a row.
+#[inline(always)]
+fn rms_norm_scale(x: &[f32], eps: f32) -> f32 {
+    let mean_square = x.iter().map(|v| v * v).sum::<f32>() / x.len().max(1) as f32;
+    libm::sqrtf(mean_square + eps)
+}
+
 /// `out = x / sqrt(mean(x²) + eps) * weight` over each row of `x` (`[T, C]`) — Hugging Face
 /// `LlamaRMSNorm` (no centring, no bias; `weight * (x * rsqrt(mean + eps))`, the same product).
 pub fn rms_norm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
@@ -1284,7 +1298,7 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
         return;
     }
     for (xr, or) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
-        let rstd = 1.0 / norm_scale(Norm::RmsNorm, xr, eps);
+        let rstd = 1.0 / rms_norm_scale(xr, eps);
         for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
             *o = (v * rstd) * w;
         }
@@ -1292,17 +1306,13 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
 }
 
 /// The divisor a norm applies to one row (TransformerLens's `hook_scale`): √(var + ε) for
-/// LayerNorm (population variance), √(mean(x²) + ε) for RMSNorm. Sums run in element order.
+/// LayerNorm (population variance), √(mean(x²) + ε) for RMSNorm. Sums run in element order;
+/// the kernels divide by exactly this.
 pub fn norm_scale(kind: Norm, x: &[f32], eps: f32) -> f32 {
-    let n = x.len().max(1) as f32;
-    let mean_square = match kind {
-        Norm::LayerNorm => {
-            let mean = x.iter().sum::<f32>() / n;
-            x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n
-        }
-        Norm::RmsNorm => x.iter().map(|v| v * v).sum::<f32>() / n,
-    };
-    libm::sqrtf(mean_square + eps)
+    match kind {
+        Norm::LayerNorm => layer_norm_scale(x, x.iter().sum::<f32>() / x.len().max(1) as f32, eps),
+        Norm::RmsNorm => rms_norm_scale(x, eps),
+    }
 }
 
 /// The model's norm over each row of `x`: [`layer_norm`] or [`rms_norm`] as `kind` says.

@@ -133,7 +133,8 @@ pub struct Model<'a> {
     ln_f: NormWeights<'a>,           // (C)
     lm_head: Option<Matrix<'a>>,     // (V, C); None = tied to wte
     global_bytes: usize,             // bytes of wte, lm_head and ln_f, plus one wpe row
-    layer0: [Option<TensorRef>; 12], // layer 0's tensors in LAYER_ROLES order (None: not in this config)
+    layer0: LayerWeights<'a>,        // layer 0's views (validated); layer l's lie l strides on
+    layer_bytes: usize,              // bytes of one layer's tensors
     layer_stride: usize,             // bytes between layer l and layer l+1 tensors
     tokenizer: Option<Tokenizer<'a>>,
     source_vocab: Option<(u32, &'a [u32])>, // (source vocab_size, source id of each token (V))
@@ -294,6 +295,21 @@ impl<'a> Model<'a> {
         let lm_head_ref = global(Role::LmHead);
         let wpe_row = wpe_ref.map_or(0, |t| t.len / t.rows.max(1));
         let global_bytes = wte_ref.len + lm_head_ref.map_or(0, |t| t.len) + wpe_row + ln_f_ref.len + global(Role::LnFBias).map_or(0, |t| t.len);
+        let role0 = |r: Role| r.layer_index().and_then(|i| layer0.get(i).copied().flatten());
+        let need = |r: Role| role0(r).ok_or(Error::MissingTensor { role: r, layer: 0 });
+        let opt = |r: Role| role0(r).map(|t| vector(blob, t, 0)).transpose();
+        let layer0_views = LayerWeights {
+            ln_1: NormWeights { weight: vector(blob, need(Role::Ln1Weight)?, 0)?, bias: opt(Role::Ln1Bias)? },
+            attn_c_attn: matrix(blob, need(Role::AttnCAttnWeight)?, 0)?,
+            attn_c_attn_bias: opt(Role::AttnCAttnBias)?,
+            attn_c_proj: matrix(blob, need(Role::AttnCProjWeight)?, 0)?,
+            attn_c_proj_bias: opt(Role::AttnCProjBias)?,
+            ln_2: NormWeights { weight: vector(blob, need(Role::Ln2Weight)?, 0)?, bias: opt(Role::Ln2Bias)? },
+            mlp_c_fc: matrix(blob, need(Role::MlpCFcWeight)?, 0)?,
+            mlp_c_fc_bias: opt(Role::MlpCFcBias)?,
+            mlp_c_proj: matrix(blob, need(Role::MlpCProjWeight)?, 0)?,
+            mlp_c_proj_bias: opt(Role::MlpCProjBias)?,
+        };
         let mut model = Model {
             config,
             blob,
@@ -303,17 +319,13 @@ impl<'a> Model<'a> {
             ln_f: NormWeights { weight: vector(blob, ln_f_ref, 0)?, bias: global(Role::LnFBias).map(|t| vector(blob, t, 0)).transpose()? },
             lm_head: lm_head_ref.map(|t| matrix(blob, t, 0)).transpose()?,
             global_bytes,
-            layer0,
+            layer0: layer0_views,
+            layer_bytes: layer0.iter().flatten().map(|t| t.len).sum(),
             layer_stride,
             tokenizer: None,
             source_vocab: None,
             data_start,
         };
-        // every layer's views can be made (the ranges were checked; this proves the stride)
-        for l in 0..config.n_layer() {
-            model.layer(l)?;
-        }
-
         if let Some(Section { offset, len }) = header.tokenizer {
             let end = offset.saturating_add(len);
             if offset % blob::DATA_ALIGN as u64 != 0 || offset < data_start as u64 || end > file_len as u64 {
@@ -384,8 +396,7 @@ impl<'a> Model<'a> {
     /// Total bytes of weights read to produce one token (all matrices except wpe, plus one wpe
     /// row, plus vectors): what decode has to stream from memory.
     pub fn weight_bytes_per_token(&self) -> usize {
-        let l = self.layer0.iter().flatten().map(|t| t.len).sum::<usize>() * self.config.n_layer();
-        l + self.global_bytes
+        self.layer_bytes * self.config.n_layer() + self.global_bytes
     }
 
     /// Token embedding table `wte` (V, C).
@@ -408,89 +419,129 @@ impl<'a> Model<'a> {
         self.ln_f
     }
 
-    /// The weights of block `l`. Fails only for `l ≥ n_layer` ([`Error::LayerOutOfRange`]):
-    /// `from_blob` made every layer's views once already, so for a layer that exists the
-    /// `BadTensorRange` this could also return would be a bug in this crate, reported rather
-    /// than turned into empty weights.
+    /// The weights of block `l` (`LayerOutOfRange` for `l ≥ n_layer`): layer 0's views moved
+    /// `l` strides on, where `from_blob` found layer l's tensors with the same shapes and dtypes.
     pub fn layer(&self, l: usize) -> Result<LayerWeights<'a>, Error> {
         if l >= self.config.n_layer() {
             return Err(Error::LayerOutOfRange { layer: l, n_layer: self.config.n_layer() });
         }
-        let offset = l.saturating_mul(self.layer_stride);
-        let at = |role: Role| -> Result<Option<TensorRef>, Error> {
-            let Some(t) = role.layer_index().and_then(|i| self.layer0.get(i).copied().flatten()) else { return Ok(None) };
-            Ok(Some(TensorRef { offset: t.offset.saturating_add(offset), ..t }))
-        };
-        let need = |role: Role| at(role)?.ok_or(Error::MissingTensor { role, layer: l as u32 });
-        let m = |role: Role| matrix(self.blob, need(role)?, l);
-        let v = |role: Role| vector(self.blob, need(role)?, l);
-        let opt = |role: Role| at(role)?.map(|t| vector(self.blob, t, l)).transpose();
-        Ok(LayerWeights {
-            ln_1: NormWeights { weight: v(Role::Ln1Weight)?, bias: opt(Role::Ln1Bias)? },
-            attn_c_attn: m(Role::AttnCAttnWeight)?,
-            attn_c_attn_bias: opt(Role::AttnCAttnBias)?,
-            attn_c_proj: m(Role::AttnCProjWeight)?,
-            attn_c_proj_bias: opt(Role::AttnCProjBias)?,
-            ln_2: NormWeights { weight: v(Role::Ln2Weight)?, bias: opt(Role::Ln2Bias)? },
-            mlp_c_fc: m(Role::MlpCFcWeight)?,
-            mlp_c_fc_bias: opt(Role::MlpCFcBias)?,
-            mlp_c_proj: m(Role::MlpCProjWeight)?,
-            mlp_c_proj_bias: opt(Role::MlpCProjBias)?,
-        })
+        // SAFETY: `from_blob` checked that every tensor of every layer l < n_layer lies at layer
+        // 0's offset plus l · layer_stride, with layer 0's length, inside the blob (which `blob`
+        // spans, for 'a); the stride is a multiple of DATA_ALIGN, so alignment is kept.
+        Ok(unsafe { self.layer0.moved(l * self.layer_stride) })
     }
 
     /// Dtype of the block matrices (as stored).
     pub fn weight_dtype(&self) -> DType {
-        self.layer0.get(2).copied().flatten().map_or(DType::F32, |t| t.dtype)
+        match self.layer0.attn_c_attn.data {
+            MatrixData::F32(_) => DType::F32,
+            MatrixData::F16(_) => DType::F16,
+            MatrixData::Q8 { group, .. } => DType::Q8 { group_len: group as u32 },
+            MatrixData::Q4 { group, .. } => DType::Q4 { group_len: group as u32 },
+        }
     }
 }
 
-/// The bytes of a tensor of `layer` (its range checked here once more: a failure is a bug, and
-/// reported as the tensor's bad range rather than as empty weights).
+/// `s` moved `bytes` on in memory (the same length).
+///
+/// # Safety
+/// The moved range must lie inside the allocation `s` is in, and keep `T`'s alignment.
+#[inline(always)]
+unsafe fn moved<T>(s: &[T], bytes: usize) -> &[T] {
+    // SAFETY: the caller's contract.
+    unsafe { core::slice::from_raw_parts(s.as_ptr().byte_add(bytes), s.len()) }
+}
+
+impl<'a> Matrix<'a> {
+    /// The same matrix `bytes` on in memory (see [`moved`]).
+    ///
+    /// # Safety
+    /// As [`moved`], for every slice of the matrix.
+    #[inline(always)]
+    unsafe fn moved(&self, bytes: usize) -> Matrix<'a> {
+        // SAFETY: the caller's contract, slice by slice.
+        let data = unsafe {
+            match self.data {
+                MatrixData::F32(d) => MatrixData::F32(moved(d, bytes)),
+                MatrixData::F16(d) => MatrixData::F16(moved(d, bytes)),
+                MatrixData::Q8 { values, scales, group } => MatrixData::Q8 { values: moved(values, bytes), scales: moved(scales, bytes), group },
+                MatrixData::Q4 { packed, scales, group } => MatrixData::Q4 { packed: moved(packed, bytes), scales: moved(scales, bytes), group },
+            }
+        };
+        Matrix { data, ..*self }
+    }
+}
+
+impl<'a> LayerWeights<'a> {
+    /// Every view `bytes` on in memory (see [`moved`]).
+    ///
+    /// # Safety
+    /// As [`moved`], for every slice of every tensor.
+    #[inline(always)]
+    unsafe fn moved(&self, bytes: usize) -> LayerWeights<'a> {
+        // SAFETY: the caller's contract, view by view.
+        unsafe {
+            let v = |s: &'a [f32]| moved(s, bytes);
+            LayerWeights {
+                ln_1: NormWeights { weight: v(self.ln_1.weight), bias: self.ln_1.bias.map(v) },
+                attn_c_attn: self.attn_c_attn.moved(bytes),
+                attn_c_attn_bias: self.attn_c_attn_bias.map(v),
+                attn_c_proj: self.attn_c_proj.moved(bytes),
+                attn_c_proj_bias: self.attn_c_proj_bias.map(v),
+                ln_2: NormWeights { weight: v(self.ln_2.weight), bias: self.ln_2.bias.map(v) },
+                mlp_c_fc: self.mlp_c_fc.moved(bytes),
+                mlp_c_fc_bias: self.mlp_c_fc_bias.map(v),
+                mlp_c_proj: self.mlp_c_proj.moved(bytes),
+                mlp_c_proj_bias: self.mlp_c_proj_bias.map(v),
+            }
+        }
+    }
+}
+
+/// The error for a tensor of `layer` whose range or length is wrong (after validation: a bug,
+/// reported rather than turned into empty weights).
+#[cold]
+fn bad_range(t: TensorRef, layer: usize) -> Error {
+    Error::BadTensorRange { role: t.role, layer: layer as u32, offset: t.offset as u64, len: t.len as u64 }
+}
+
+/// The bytes of a tensor of `layer` (its range checked here once more).
+#[inline(always)]
 fn bytes(blob: &[u8], t: TensorRef, layer: usize) -> Result<&[u8], Error> {
-    let bad = Error::BadTensorRange { role: t.role, layer: layer as u32, offset: t.offset as u64, len: t.len as u64 };
-    blob.get(t.offset..t.offset.checked_add(t.len).ok_or(bad)?).ok_or(bad)
+    blob.get(t.offset..t.offset.wrapping_add(t.len)).ok_or_else(|| bad_range(t, layer))
 }
 
 /// An f32 vector tensor (`[n, 1]`).
+#[inline(always)]
 fn vector(blob: &[u8], t: TensorRef, layer: usize) -> Result<&[f32], Error> {
-    let bad = Error::BadTensorRange { role: t.role, layer: layer as u32, offset: t.offset as u64, len: t.len as u64 };
-    let v: &[f32] = bytemuck::try_cast_slice(bytes(blob, t, layer)?).map_err(|_| bad)?;
-    if v.len() != t.rows || t.dtype != DType::F32 {
-        return Err(bad);
+    match bytemuck::try_cast_slice::<u8, f32>(bytes(blob, t, layer)?) {
+        Ok(v) if v.len() == t.rows && t.dtype == DType::F32 => Ok(v),
+        _ => Err(bad_range(t, layer)),
     }
-    Ok(v)
 }
 
 /// A matrix tensor, its data split as its dtype says: every slice exactly as long as the shape
 /// needs.
 fn matrix<'a>(blob: &'a [u8], t: TensorRef, layer: usize) -> Result<Matrix<'a>, Error> {
-    let bad = Error::BadTensorRange { role: t.role, layer: layer as u32, offset: t.offset as u64, len: t.len as u64 };
     let bytes = bytes(blob, t, layer)?;
-    let n = t.rows.checked_mul(t.cols).ok_or(bad)?;
+    let n = t.rows.checked_mul(t.cols).ok_or_else(|| bad_range(t, layer))?;
     // quantized data: values, then f32 scales at the next multiple of 16 bytes
-    let split = |value_bytes: usize, group: usize| -> Result<(&'a [u8], &'a [f32]), Error> {
+    let split = |value_bytes: usize, group: usize| -> Option<(&'a [u8], &'a [f32])> {
         if group == 0 || n % group != 0 {
-            return Err(bad);
+            return None;
         }
         let at = value_bytes.div_ceil(16) * 16;
-        let values = bytes.get(..value_bytes).ok_or(bad)?;
-        let scales = bytes.get(at..at + n / group * 4).ok_or(bad)?;
-        Ok((values, bytemuck::try_cast_slice::<u8, f32>(scales).map_err(|_| bad)?))
+        let values = bytes.get(..value_bytes)?;
+        let scales = bytes.get(at..at + n / group * 4)?;
+        Some((values, bytemuck::try_cast_slice::<u8, f32>(scales).ok()?))
     };
     let data = match t.dtype {
-        DType::F32 => MatrixData::F32(bytemuck::try_cast_slice(bytes).ok().filter(|d: &&[f32]| d.len() == n).ok_or(bad)?),
-        DType::F16 => MatrixData::F16(bytemuck::try_cast_slice(bytes).ok().filter(|d: &&[f16]| d.len() == n).ok_or(bad)?),
-        DType::Q8 { group_len } => {
-            let (values, scales) = split(n, group_len as usize)?;
-            MatrixData::Q8 { values: bytemuck::cast_slice(values), scales, group: group_len as usize }
-        }
-        DType::Q4 { group_len } => {
-            let (packed, scales) = split(n / 2, group_len as usize)?;
-            MatrixData::Q4 { packed, scales, group: group_len as usize }
-        }
+        DType::F32 => bytemuck::try_cast_slice(bytes).ok().filter(|d: &&[f32]| d.len() == n).map(MatrixData::F32),
+        DType::F16 => bytemuck::try_cast_slice(bytes).ok().filter(|d: &&[f16]| d.len() == n).map(MatrixData::F16),
+        DType::Q8 { group_len } => split(n, group_len as usize).map(|(values, scales)| MatrixData::Q8 { values: bytemuck::cast_slice(values), scales, group: group_len as usize }),
+        DType::Q4 { group_len } => split(n / 2, group_len as usize).map(|(packed, scales)| MatrixData::Q4 { packed, scales, group: group_len as usize }),
     };
-    Ok(Matrix { rows: t.rows, cols: t.cols, data })
+    Ok(Matrix { rows: t.rows, cols: t.cols, data: data.ok_or_else(|| bad_range(t, layer))? })
 }
 
 /// Validates a source-vocabulary section: inside the data, one u32 per token, strictly

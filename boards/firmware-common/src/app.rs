@@ -252,8 +252,8 @@ fn generate_and_report<P: Platform>(
         breakdown = Some((pos, forward, now() - t));
     }
     // The q8/q4 mat-vec alone: one decode-step call of layer 0's mlp.c_fc (I x C).
-    let layer0 = model.layer(0);
-    let linear_timing = kernels::time_linear(&layer0.mlp_c_fc, layer0.mlp_c_fc_bias, now);
+    let layer0 = model.layer(0)?;
+    let linear_timing = kernels::time_linear(&layer0.mlp_c_fc, layer0.mlp_c_fc_bias.unwrap_or_default(), now);
 
     // Measurements.
     let per = |ticks: u64, n: usize| clock.count(ticks) / (n.max(1) as u64);
