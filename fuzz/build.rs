@@ -5,7 +5,9 @@
 //!   300-token tokenizer (the first 44 GPT-2 merges, `tokenizer-300/`) in f16 and q4, and the
 //!   GPT-Neo fixture `neo_alternating` in q8 (local layers with a window of 8, no q/k/v biases),
 //!   and the 300-token model with its vocabulary pruned (`convert --keep-vocab`: a
-//!   source-vocabulary section, a pruned tokenizer) in q8;
+//!   source-vocabulary section, a pruned tokenizer) in q8, and the Llama fixtures
+//!   `llama_mqa_bias` (RoPE, RMSNorm, a gated MLP, one key/value head, biases) in q8 and
+//!   `llama_bf16_untied` (grouped-query, head_dim ≠ C / H, an untied head) in f32;
 //! - tokenizer sections: the GPT-2 tokenizer (`tests/fixtures/gpt2-tokenizer`) and the
 //!   300-token one.
 //!
@@ -24,7 +26,7 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let fixtures = root.join("tests/fixtures");
     let tok300 = manifest.join("tokenizer-300");
-    for dir in [fixtures.join("tiny"), fixtures.join("untied"), fixtures.join("neo_alternating"), fixtures.join("gpt2-tokenizer"), tok300.clone()] {
+    for dir in [fixtures.join("tiny"), fixtures.join("untied"), fixtures.join("neo_alternating"), fixtures.join("llama_mqa_bias"), fixtures.join("llama_bf16_untied"), fixtures.join("gpt2-tokenizer"), tok300.clone()] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
     println!("cargo:rerun-if-changed=build.rs");
@@ -48,6 +50,8 @@ fn main() {
         ("tok300-f16", blob(&tok_model, WeightDType::F16)),
         ("tok300-q4", blob(&tok_model, WeightDType::Q4)),
         ("neo-q8", blob(&fixtures.join("neo_alternating"), WeightDType::Q8)),
+        ("llama-mqa-q8", blob(&fixtures.join("llama_mqa_bias"), WeightDType::Q8)),
+        ("llama-untied-f32", blob(&fixtures.join("llama_bf16_untied"), WeightDType::F32)),
         ("tok300-pruned-q8", {
             let text = "the theatre, then they thought: \"the other\"".into();
             let keep = host_tools::prune::KeepVocab { text, origin: "fuzz".into(), most_frequent: None };

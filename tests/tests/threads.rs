@@ -89,3 +89,11 @@ fn threads_give_the_one_thread_bits_gpt_neo_ring() {
     let shape = RandomShape { n_inner: Some(512), ..RandomShape::gpt_neo(2, 128, 4, 512, 160, 32) };
     check("neo", shape, 96);
 }
+
+#[test]
+fn threads_give_the_one_thread_bits_llama() {
+    // grouped-query attention (8 heads on 2) split across tasks, RoPE, the gated MLP's rows split
+    // (128 tokens × 2 · 256), an untied head
+    let shape = RandomShape { tied: false, ..RandomShape::llama(2, 128, 8, 2, 256, 512, 160) };
+    check("llama", shape, 128);
+}
