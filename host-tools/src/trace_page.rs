@@ -163,6 +163,7 @@ pub fn render(model: &Model<'_>, trace: &Trace, json: &Value) -> String {
     }
     let _ = writeln!(h, "</div>");
 
+    stages_table(&mut h, trace, cfg);
     attention_grid(&mut h, trace, cfg);
     residual_chart(&mut h, trace);
     lens_table(&mut h, trace, json, &text);
@@ -171,6 +172,68 @@ pub fn render(model: &Model<'_>, trace: &Trace, json: &Value) -> String {
     let _ = writeln!(h, "<p class=\"note\">Made by <code>host trace</code> (gpt2-mcu): the runtime's own forward pass with an observer; arrays in the .npy files beside this page, everything else in trace.json.</p>");
     let _ = writeln!(h, "</body></html>");
     h
+}
+
+/// The pass, stage by stage, for this model's family: every stage it reports (its
+/// TransformerLens hook, the shape of its `.npy`), with the RMS of its values per layer, and a
+/// line on what the family's own stages do (RMSNorm's divisor, RoPE, the gated MLP).
+fn stages_table(h: &mut String, trace: &Trace, cfg: &Config) {
+    let rec = &trace.rec;
+    let d = rec.dims;
+    let _ = writeln!(h, "<h2 id=\"stages\">The pass, stage by stage</h2>");
+    let mut notes = Vec::new();
+    notes.push(match cfg.norm {
+        runtime::config::Norm::LayerNorm => "LayerNorm: (x − mean) / scale · weight + bias, scale = √(var + ε) (<code>ln1_scale</code>).".to_string(),
+        runtime::config::Norm::RmsNorm => "RMSNorm: x / scale · weight, scale = √(mean(x²) + ε) (<code>ln1_scale</code>, <code>ln2_scale</code>, <code>ln_final_scale</code>): no centring, no bias.".to_string(),
+    });
+    notes.push(match cfg.positions {
+        runtime::config::Positions::Learned => "Positions: a learned row of <code>wpe</code> added to each token's embedding (<code>pos_embed</code>).".to_string(),
+        runtime::config::Positions::Rope { theta } => format!(
+            "Positions: RoPE, no position embedding. After the q·k·v product each head's q and k are rotated (<code>q</code> → <code>rot_q</code>, <code>k</code> → <code>rot_k</code>): element i pairs with i + {} and turns by the angle pos · {theta}^(−2i/{}), so q·k depends on how far apart two positions are.",
+            d.head_dim / 2,
+            d.head_dim
+        ),
+    });
+    if cfg.n_kv_head != cfg.n_head {
+        notes.push(format!(
+            "Grouped-query attention: {} query heads share {} key/value heads (head h reads key/value head h / {}), so <code>k</code>, <code>v</code> and the KV cache hold {} heads.",
+            cfg.n_head,
+            cfg.n_kv_head,
+            cfg.kv_group(),
+            cfg.n_kv_head
+        ));
+    }
+    if cfg.gated_mlp {
+        notes.push(format!("Gated MLP: <code>mlp_pre</code> is the gate, <code>mlp_pre_linear</code> the up product; <code>mlp_post</code> = {:?}(gate) · up.", cfg.activation));
+    }
+    for n in notes {
+        let _ = writeln!(h, "<p class=\"note\">{n}</p>");
+    }
+    let _ = writeln!(h, "<table class=\"kv stages\"><tr><th>stage</th><th>hook</th><th>array</th><th>RMS per layer (block stages) or over all positions</th></tr>");
+    for stage in d.stages() {
+        let values = rec.get(stage);
+        let per = if stage.per_layer() { d.n_layer } else { 1 };
+        let chunk = values.len() / per.max(1);
+        let rms: Vec<String> = values
+            .chunks(chunk.max(1))
+            .map(|c| {
+                let finite: Vec<f64> = c.iter().filter(|v| v.is_finite()).map(|&v| v as f64).collect();
+                let r = (finite.iter().map(|v| v * v).sum::<f64>() / finite.len().max(1) as f64).sqrt();
+                format!("{r:.3}")
+            })
+            .collect();
+        let shape: Vec<String> = d.shape(stage).iter().map(u64::to_string).collect();
+        let _ = writeln!(
+            h,
+            "<tr class=\"stage\" data-stage=\"{}\"><td style=\"text-align:left\">{}</td><td style=\"text-align:left\"><code>{}</code></td><td>[{}]</td><td style=\"text-align:left\">{}</td></tr>",
+            stage.name(),
+            stage.name(),
+            stage.hook(),
+            shape.join(", "),
+            rms.join(" · ")
+        );
+    }
+    let _ = writeln!(h, "</table>");
 }
 
 /// Color of level k of [`LEVELS`] (white to dark blue).

@@ -110,7 +110,7 @@ pub fn cmd_trace(a: &TraceArgs) -> Result<()> {
         d.n_head,
         d.t,
         d.t,
-        runtime::observe::Stage::ALL.len(),
+        d.stages().count(),
         page.div_ceil(1024)
     );
     eprintln!("T = {} positions: {} prompt + {} generated", d.t, t.n_prompt, d.t - t.n_prompt);
