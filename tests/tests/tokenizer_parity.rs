@@ -421,7 +421,13 @@ fn bad_headers_name_the_field() {
     };
     let bad = |offset| Some(Error::BadTokenizer { offset });
     assert_eq!(with(0, b"GPT2"), bad(0));
-    assert_eq!(with(4, &2u16.to_le_bytes()), bad(4));
+    assert_eq!(with(4, &3u16.to_le_bytes()), bad(4));
+    // Version 2 has flags in byte 7: only FLAG_INDIVIDUAL_DIGITS is known.
+    assert!(with(4, &2u16.to_le_bytes()).is_none());
+    let mut v2 = good.clone();
+    v2[4..6].copy_from_slice(&2u16.to_le_bytes());
+    v2[7] = 2;
+    assert_eq!(Tokenizer::from_bytes(&v2).err(), bad(7));
     assert_eq!(with(6, &[3]), bad(6));
     assert_eq!(with(7, &[1]), bad(7));
     assert_eq!(with(8, &255u32.to_le_bytes()), bad(8));
