@@ -22,7 +22,8 @@ import tempfile
 import sentencepiece as spm
 import tokenizers
 import transformers
-from tokenizers import normalizers
+from tokenizers import normalizers, pre_tokenizers
+from tokenizers.models import BPE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPACE = "\u2581"
@@ -210,6 +211,18 @@ def hf_ids(json_path, strings):
     return [tok.encode(s, add_special_tokens=False).ids for s in strings]
 
 
+def gpt2_digits_ids(strings):
+    """GPT-2's byte-level BPE behind SmolLM's pre-tokenizer: every numeric character on its own
+    (Digits(individual_digits=true)), then ByteLevel; ids from Hugging Face `tokenizers`."""
+    d = os.path.join(ROOT, "tests", "fixtures", "gpt2-tokenizer")
+    tok = tokenizers.Tokenizer(BPE.from_file(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    return [tok.encode(s, add_special_tokens=False).ids for s in strings]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "sp_tokenizer"))
@@ -251,6 +264,9 @@ def main():
                        "decode_differs": decode_differ}
     for name in ["hf", "hf_legacy"]:
         cases[name] = {"ids": hf_ids(os.path.join(out, name, "tokenizer.json"), strings)}
+    digit_strings = strings + ["2024-06-01: 3.14159, 1,000,000 and ²½٣ ①⅔ 12345678901234567890",
+                               "abc123def 456 x7 Ⅻ 0.5e10"]
+    cases["gpt2_digits"] = {"strings": digit_strings, "ids": gpt2_digits_ids(digit_strings)}
     # What transformers does with the tokenizer_config.json: BOS first, then the ids (the trained
     # model's tokenizer.model, loaded by AutoTokenizer; special tokens in the text read as text).
     auto = transformers.AutoTokenizer.from_pretrained(trained_dir)

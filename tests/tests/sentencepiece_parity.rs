@@ -354,7 +354,11 @@ fn text_strategy() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// tokenizer.model (sentencepiece's merges by piece score) and Llama 2's tokenizer.json
     /// (Hugging Face's ranked merges) give the same ids, and decoding gives the text back.
@@ -539,4 +543,19 @@ fn a_space_piece_is_required() {
     let len = (good.len() - entry) as u32;
     s[40..44].copy_from_slice(&len.to_le_bytes());
     assert_eq!(Tokenizer::from_bytes(&s).err(), Some(Error::BadTokenizer { offset: format::OFFSET_N_CHARS as u32 }));
+}
+
+// ---- the project's own trainer ------------------------------------------------------------------------
+
+#[test]
+fn the_trained_fixture_is_what_the_trainer_makes() {
+    // `trained/` was written by `host-tools train-tokenizer` (tests/make_sp_fixtures.py); the
+    // trainer is deterministic, so it must make the same bytes again.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(root.join("models/stories/stories.txt")).unwrap();
+    let model = host_tools::sp_train::train_sentencepiece_bpe(&text, 600).unwrap();
+    let committed = std::fs::read(fixtures().join("trained/tokenizer.model")).unwrap();
+    assert!(model == committed, "the trainer's output differs from tests/fixtures/sp_tokenizer/trained; {HINT}");
+    let config = std::fs::read_to_string(fixtures().join("trained/tokenizer_config.json")).unwrap();
+    assert_eq!(config, host_tools::sp_train::llama_tokenizer_config_json());
 }
