@@ -70,7 +70,9 @@ impl<'a> MergeTable<'a> {
     /// [`merge_tagged`](Self::merge_tagged) remembers each pair's merge so a step looks up only
     /// the two new pairs, and needs 16-bit symbols.
     pub fn merge(&self, tokens: &mut [u32]) -> usize {
-        if self.tagged {
+        // `id_bytes == 2` is implied by `tagged`; spelled out, it lets the compiler drop the
+        // 4-byte reads from the tagged loop (GPT-2's encoding is 12% slower without it).
+        if self.tagged && self.id_bytes == 2 {
             self.merge_tagged(tokens)
         } else {
             self.merge_ref(tokens)
@@ -149,6 +151,10 @@ impl<'a> MergeTable<'a> {
 
     /// Sets the tag of slot `i` (see [`merge_tagged`](Self::merge_tagged)) from the pair
     /// (slot i, slot i + 1); the last live slot gets tag 0.
+    // `inline(always)` on `retag`, `find`, `at` and `read_id`: with the table shared by both
+    // tokenizers (more callers), the compiler stopped inlining them into the merge loop, and
+    // GPT-2's encoding of models/default/val.txt took 20.3 ms instead of 18.2 ms.
+    #[inline(always)]
     fn retag(&self, tokens: &mut [u32], i: usize, len: usize) {
         let left = tokens.get(i).map_or(0, |&slot| slot & 0xFFFF);
         let next = if i + 1 < len { tokens.get(i + 1) } else { None };
@@ -159,6 +165,7 @@ impl<'a> MergeTable<'a> {
     }
 
     /// Binary search for the pair `(left, right)`; returns its index in the table.
+    #[inline(always)]
     pub fn find(&self, left: u32, right: u32) -> Option<usize> {
         // Compare (left, right) as one integer: left in the high half, right in the low half.
         let w = self.id_bytes;
@@ -186,6 +193,7 @@ impl<'a> MergeTable<'a> {
     }
 
     /// Entry `i` (`None` past the end).
+    #[inline(always)]
     pub fn at(&self, i: usize) -> Option<Merge> {
         let base = MERGE_FIELDS * i;
         let id = |field: usize| {
@@ -205,6 +213,7 @@ pub(super) const MERGE_FIELDS: usize = 4;
 
 /// Id number `index` of a table of `id_bytes`-wide ids (`u32::MAX` past the end, which no check
 /// accepts as an id).
+#[inline(always)]
 pub(super) fn read_id(table: &[u8], id_bytes: usize, index: usize) -> u32 {
     let offset = index * id_bytes;
     let id = if id_bytes == 2 { super::read_u16(table, offset).map(u32::from) } else { read_u32(table, offset) };
