@@ -223,6 +223,24 @@ def gpt2_digits_ids(strings):
     return [tok.encode(s, add_special_tokens=False).ids for s in strings]
 
 
+def ids_hash(ids):
+    """A 64-bit digest of an id list: h = h * 31 + id (mod 2^64), from h = 0."""
+    h = 0
+    for i in ids:
+        h = (h * 31 + i) % (1 << 64)
+    return "%016x" % h
+
+
+def whole_files(encode):
+    """Count and digest of the ids of whole text files (each encoded as one string)."""
+    out = {}
+    for rel in ["models/default/val.txt", "models/stories/stories.txt"]:
+        with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+            ids = encode(f.read())
+        out[rel] = {"n": len(ids), "hash": ids_hash(ids)}
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "sp_tokenizer"))
@@ -261,9 +279,10 @@ def main():
         decode, decode_differ = decode_cases(sp)
         cases[name] = {"vocab_size": sp.vocab_size(), "bos_id": sp.bos_id(), "eos_id": sp.eos_id(),
                        "unk_id": sp.unk_id(), "encode": encoded, "decode": decode,
-                       "decode_differs": decode_differ}
+                       "decode_differs": decode_differ, "files": whole_files(sp.encode)}
     for name in ["hf", "hf_legacy"]:
-        cases[name] = {"ids": hf_ids(os.path.join(out, name, "tokenizer.json"), strings)}
+        path = os.path.join(out, name, "tokenizer.json")
+        cases[name] = {"ids": hf_ids(path, strings), "files": whole_files(lambda t: hf_ids(path, [t])[0])}
     digit_strings = strings + ["2024-06-01: 3.14159, 1,000,000 and ²½٣ ①⅔ 12345678901234567890",
                                "abc123def 456 x7 Ⅻ 0.5e10"]
     cases["gpt2_digits"] = {"strings": digit_strings, "ids": gpt2_digits_ids(digit_strings)}

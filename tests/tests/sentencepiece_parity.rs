@@ -121,6 +121,23 @@ fn tokenizer_json_ids_equal_hugging_face() {
 }
 
 #[test]
+fn whole_files_encode_to_the_same_ids() {
+    // models/default/val.txt (192 KB) and models/stories/stories.txt, each one string: the id
+    // count and a digest (h = h * 31 + id mod 2^64) of the reference's ids.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for name in ["model", "no_fallback_rew", "trained", "hf", "hf_legacy"] {
+        let tok = tokenizer(name);
+        for (file, expected) in cases()[name]["files"].as_object().unwrap() {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let ids = encode(&tok, &text);
+            let hash = ids.iter().fold(0u64, |h, &id| h.wrapping_mul(31).wrapping_add(u64::from(id)));
+            assert_eq!(ids.len() as u64, expected["n"].as_u64().unwrap(), "{name}: {file}");
+            assert_eq!(format!("{hash:016x}"), expected["hash"].as_str().unwrap(), "{name}: {file}");
+        }
+    }
+}
+
+#[test]
 fn special_ids_and_bos_come_from_the_checkpoint() {
     for name in ["model", "no_fallback_rew", "trained"] {
         let tok = tokenizer(name);
