@@ -271,7 +271,7 @@ impl<'a> ByteLevelBpe<'a> {
 
         // Merges: ids in range, strictly sorted by (left, right), and the result's bytes are the
         // left token's bytes followed by the right token's.
-        merges.validate(merges_at, |id| tok.token_bytes(id), |_, _| Ok(()))?;
+        merges.validate(merges_at, &|id| tok.token_bytes(id), &mut |_, _| Ok(()))?;
         Ok(tok)
     }
 

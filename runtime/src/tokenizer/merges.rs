@@ -226,11 +226,12 @@ impl MergeTable<'_> {
     /// `< M`, and the result's bytes (`bytes_of`) the left token's followed by the right one's
     /// (an id without bytes, e.g. `>= vocab_size`, fails). `each` adds the caller's own checks.
     /// Errors point at the entry, its rank or its result.
+    /// (Trait objects, not generics: one copy of this code serves both readers.)
     pub fn validate<'b>(
         &self,
         merges_at: usize,
-        bytes_of: impl Fn(u32) -> Option<&'b [u8]>,
-        mut each: impl FnMut(&Merge, usize) -> Result<(), crate::Error>,
+        bytes_of: &dyn Fn(u32) -> Option<&'b [u8]>,
+        each: &mut dyn FnMut(&Merge, usize) -> Result<(), crate::Error>,
     ) -> Result<(), crate::Error> {
         use super::bad;
         let mut prev_key = None;

@@ -467,8 +467,8 @@ impl<'a> SentencePieceBpe<'a> {
         let normal = |id| tok.piece_type(id) == Some(PieceType::Normal);
         tok.merges.validate(
             merges_at,
-            |id| tok.token_bytes(id),
-            |merge, offset| {
+            &|id| tok.token_bytes(id),
+            &mut |merge, offset| {
                 if !normal(merge.left) || !normal(merge.right) || !normal(merge.result) {
                     return Err(bad(offset));
                 }
