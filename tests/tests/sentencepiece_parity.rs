@@ -43,14 +43,16 @@ fn section(name: &str) -> &'static [u8] {
     static SECTIONS: OnceLock<std::sync::Mutex<HashMap<String, &'static [u8]>>> = OnceLock::new();
     let map = SECTIONS.get_or_init(Default::default);
     let mut map = map.lock().unwrap();
-    *map.entry(name.to_string())
-        .or_insert_with(|| {
-            let dir = fixtures().join(name);
-            let bytes = host_tools::tokenizer_pack::pack_from_dir(&dir)
-                .unwrap_or_else(|e| panic!("packing {}: {e:#}", dir.display()))
-                .unwrap_or_else(|| panic!("no tokenizer in {}", dir.display()));
-            Box::leak(bytes.into_boxed_slice())
-        })
+    if let Some(&section) = map.get(name) {
+        return section;
+    }
+    let dir = fixtures().join(name);
+    let bytes = host_tools::tokenizer_pack::pack_from_dir(&dir)
+        .unwrap_or_else(|e| panic!("packing {}: {e:#}", dir.display()))
+        .unwrap_or_else(|| panic!("no tokenizer in {}", dir.display()));
+    let section: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    map.insert(name.to_string(), section);
+    section
 }
 
 fn tokenizer(name: &str) -> Tokenizer<'static> {
