@@ -36,7 +36,10 @@
 //! its leading space when it starts the text or follows a control piece such as BOS
 //! ([`SentencePieceBpe::token_text`]): `▁Hello` after `<s>` prints `Hello`. sentencepiece strips
 //! only at the start of the text (after any control pieces there), llama2.c's `run.c` after
-//! every BOS; the two agree on a prompt that starts with BOS. Byte pieces are bytes: a sequence
+//! every BOS; the two agree on a prompt that starts with BOS. (With remove_extra_whitespaces,
+//! sentencepiece goes on dropping one leading space per piece while the text is still empty, so
+//! a text that starts with literal `▁`s decodes without them; here only the first piece's goes.
+//! Llama does not set that flag.) Byte pieces are bytes: a sequence
 //! that is not UTF-8 comes out as `from_utf8_lossy` / [`Utf8Stream`](super::Utf8Stream) make it
 //! (one U+FFFD per maximal invalid sequence), where sentencepiece writes one U+FFFD per byte.
 //!
