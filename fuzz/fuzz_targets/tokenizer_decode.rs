@@ -1,23 +1,28 @@
-//! Decoding arbitrary token ids (in and out of range) with the GPT-2 tokenizer.
+//! Decoding arbitrary token ids (in and out of range) with the GPT-2 tokenizer and a
+//! SentencePiece one (whose text of a token depends on the token before: `token_text`).
 //!
 //! Input: a mode byte, then little-endian u32 ids. Mode bit 0 maps ids into `0..V + 2` so most
 //! are valid; otherwise they are used as they come. Checked: `decode` fails exactly with
-//! `InvalidToken` for the first id `>= V`; otherwise it writes the concatenated token bytes,
+//! `InvalidToken` for the first id `>= V`; otherwise it writes the concatenated token texts,
 //! a short buffer gets `BufferTooSmall` with the exact total, and `Utf8Stream` fed token by
 //! token yields `from_utf8_lossy` of those bytes.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runtime::tokenizer::Utf8Stream;
+use runtime::tokenizer::{Tokenizer, Utf8Stream};
 use runtime::Error;
 
 mod common;
-use common::gpt2;
+use common::{gpt2, section};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else { return };
-    let tok = gpt2();
+    check(gpt2(), mode, rest);
+    check(&section("sp"), mode, rest);
+});
+
+fn check(tok: &Tokenizer<'_>, mode: u8, rest: &[u8]) {
     let v = tok.vocab_size() as u32;
     let ids: Vec<u32> = rest
         .chunks_exact(4)
@@ -26,7 +31,9 @@ fuzz_target!(|data: &[u8]| {
         .collect();
 
     let first_bad = ids.iter().copied().find(|&id| id >= v);
-    let expected: Vec<u8> = ids.iter().flat_map(|&id| tok.token_bytes(id).unwrap_or(&[]).iter().copied()).collect();
+    let mut prev = None;
+    let expected: Vec<u8> =
+        ids.iter().flat_map(|&id| tok.token_text(prev.replace(id), id).unwrap_or(&[]).iter().copied()).collect();
     let mut out = vec![0u8; expected.len() + usize::from(mode >> 1)];
     match (tok.decode(&ids, &mut out), first_bad) {
         (Ok(n), None) => assert_eq!(&out[..n], &expected[..]),
@@ -48,12 +55,13 @@ fuzz_target!(|data: &[u8]| {
     // streaming text, token by token (invalid ids skipped)
     let mut stream = Utf8Stream::new();
     let mut text = String::new();
+    let mut prev = None;
     for &id in &ids {
-        for piece in stream.push(tok.token_bytes(id).unwrap_or(&[])) {
+        for piece in stream.push(tok.token_text(prev.replace(id), id).unwrap_or(&[])) {
             text.push_str(piece);
         }
         assert!(stream.pending_len() <= 3);
     }
     text.push_str(stream.finish());
     assert_eq!(text, String::from_utf8_lossy(&expected));
-});
+}

@@ -1,8 +1,9 @@
-//! Encoding arbitrary text (`from_utf8_lossy` of the input) with the GPT-2 tokenizer and the
-//! 300-token one, with buffers that suffice and buffers that do not.
+//! Encoding arbitrary text (`from_utf8_lossy` of the input) with the GPT-2 tokenizer, the
+//! 300-token one and two SentencePiece ones, with buffers that suffice and buffers that do not.
 //!
 //! Checked besides "no panic": `decode(encode(text)) == text`; a short buffer either gives the
-//! same ids or `BufferTooSmall { needed, available }` with `available < needed <= text.len()`;
+//! same ids or `BufferTooSmall { needed, available }` with `available < needed <= text.len()`
+//! (`text.len() + 1` for SentencePiece);
 //! the tagged merge loop (2-byte ids) and the reference loop (4-byte ids) give the same ids.
 
 #![no_main]
@@ -41,4 +42,18 @@ fuzz_target!(|data: &[u8]| {
     let a = encode_round_trip(&narrow, &text);
     let b = encode_round_trip(&wide, &text);
     assert_eq!(a, b, "tagged and reference merge loops disagree");
+
+    // SentencePiece: Llama's settings, and <unk> with remove_extra_whitespaces
+    for name in ["sp", "sp-rew"] {
+        let sp = section(name);
+        let ids = encode_round_trip(&sp, &text);
+        let mut short = vec![0u32; short_len.min(text.len())];
+        match sp.encode(&text, &mut short) {
+            Ok(n) => assert_eq!(&short[..n], &ids[..], "{name}: a shorter buffer changed the ids"),
+            Err(Error::BufferTooSmall { needed, available }) => {
+                assert!(available < needed && needed <= text.len() + 1, "{name}: needed {needed}, available {available}, text {}", text.len());
+            }
+            Err(e) => panic!("{name}: unexpected error {e:?}"),
+        }
+    }
 });

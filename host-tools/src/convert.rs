@@ -22,6 +22,7 @@ use runtime::config::Arch;
 use crate::blob_writer::{f16_bytes, f32_bytes, write_blob, BlobContents, TensorData};
 use crate::hf::{read_config, Checkpoint};
 use crate::prune::{keep_rows, keep_set, prune_tables, KeepSet, KeepVocab};
+use crate::tokenizer_pack::TokenizerTables;
 
 /// Weight dtype for the blob's matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -267,12 +268,12 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     let (c, v) = (config.n_embd(), config.vocab_size());
 
     // The tokenizer, and with --keep-vocab the kept tokens (which decide wte's rows).
-    let tables = crate::tokenizer_pack::tables_from_dir(dir)?;
-    let full_section = tables.as_ref().map(|t| t.section()).transpose()?;
+    let found = crate::tokenizer_pack::tokenizer_from_dir(dir)?;
+    let full_section = found.as_ref().map(|t| t.section()).transpose()?;
     let mut pruning = None;
-    let tokenizer = match (&opts.keep_vocab, &tables, &full_section) {
+    let tokenizer = match (&opts.keep_vocab, &found, &full_section) {
         (None, _, section) => section.clone(),
-        (Some(keep), Some(tables), Some(section)) => {
+        (Some(keep), Some(TokenizerTables::ByteLevel(tables)), Some(section)) => {
             let full = runtime::tokenizer::Tokenizer::from_bytes(section).map_err(|e| anyhow::anyhow!("internal error: the packed tokenizer does not load: {e}"))?;
             let ks = keep_set(tables, &full, keep, &[config.bos_token_id, config.eos_token_id], config.vocab_size)?;
             let pruned = prune_tables(tables, &ks)?;
@@ -290,7 +291,8 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
             });
             Some(section_out)
         }
-        (Some(keep), _, _) => bail!("--keep-vocab {}: the checkpoint has no tokenizer (vocab.json + merges.txt or tokenizer.json) to encode it with", keep.origin),
+        (Some(keep), Some(TokenizerTables::SentencePiece(_)), _) => bail!("--keep-vocab {}: vocabulary pruning is not supported for SentencePiece tokenizers (tokenizer.model, or a tokenizer.json with byte_fallback) yet", keep.origin),
+        (Some(keep), _, _) => bail!("--keep-vocab {}: the checkpoint has no tokenizer (vocab.json + merges.txt, tokenizer.json or tokenizer.model) to encode it with", keep.origin),
     };
 
     let untied = !hf.tie_word_embeddings;

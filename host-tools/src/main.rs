@@ -188,6 +188,20 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Train a SentencePiece BPE tokenizer (Llama's layout: <unk> <s> </s>, 256 byte pieces,
+    /// then merged pieces and characters) on a text and write tokenizer.model and
+    /// tokenizer_config.json into a directory.
+    TrainTokenizer {
+        /// Training text (UTF-8, one sentence per line).
+        #[arg(long)]
+        text: PathBuf,
+        /// Number of pieces.
+        #[arg(long, default_value_t = 1000)]
+        vocab_size: usize,
+        /// Output directory.
+        #[arg(short, long)]
+        out: PathBuf,
+    },
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -315,6 +329,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 shape.vocab_size,
                 shape.n_ctx
             );
+        }
+        Cmd::TrainTokenizer { text, vocab_size, out } => {
+            let body = std::fs::read_to_string(&text).with_context(|| format!("cannot read {} as UTF-8 text", text.display()))?;
+            host_tools::sp_train::write_tokenizer_dir(&out, &body, vocab_size)?;
+            eprintln!("wrote {} (tokenizer.model: SentencePiece BPE, {vocab_size} pieces; tokenizer_config.json)", out.display());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -237,7 +237,7 @@ pub fn prune_tables(tables: &BpeTables, keep: &KeepSet) -> Result<BpeTables> {
         }
     }
     let added = tables.added.iter().filter_map(|&src| new(src)).collect();
-    Ok(BpeTables { tokens, byte_to_id, merges, added })
+    Ok(BpeTables { tokens, byte_to_id, merges, added, individual_digits: tables.individual_digits })
 }
 
 /// The rows of a row-major `[V, cols]` matrix for the kept tokens, in new-id order.
@@ -261,7 +261,7 @@ mod tests {
             vocab.entry(key).or_insert(next);
         }
         let merges = pairs.iter().enumerate().map(|(i, &(l, r))| MergeLine { left: l.into(), right: r.into(), origin: format!("merge {i}") }).collect();
-        let files = BpeFiles { vocab: vocab.clone(), merges, added: Vec::new() };
+        let files = BpeFiles { vocab: vocab.clone(), merges, added: Vec::new(), individual_digits: false };
         let t = BpeTables::from_files(&files).unwrap();
         // the same tables as the public packer makes
         let plain: Vec<(String, String)> = pairs.iter().map(|&(l, r)| (l.to_string(), r.to_string())).collect();

@@ -1,8 +1,12 @@
-//! Packs a GPT-2 style byte-level BPE tokenizer into the runtime's tokenizer section.
+//! Packs a checkpoint's tokenizer into the runtime's tokenizer section: GPT-2 style byte-level
+//! BPE here, SentencePiece BPE in [`crate::sp_pack`].
 //!
-//! Input, looked for beside a checkpoint by [`pack_from_dir`]:
-//! - `vocab.json` + `merges.txt` (GPT-2's own files; `added_tokens.json` too if present), or
-//! - `tokenizer.json` (a Hugging Face fast tokenizer with a byte-level BPE model).
+//! Input, looked for beside a checkpoint by [`pack_from_dir`], in this order:
+//! - `vocab.json` + `merges.txt` (GPT-2's own files; `added_tokens.json` too if present);
+//! - `tokenizer.json`: a Hugging Face tokenizer with a byte-level BPE model (GPT-2; SmolLM's
+//!   `Digits(individual_digits=true)` + `ByteLevel` too) packs here, one whose BPE model has
+//!   `byte_fallback` (Llama 2, TinyLlama) as SentencePiece;
+//! - `tokenizer.model`: a sentencepiece BPE model (Llama), as SentencePiece.
 //!
 //! Vocab keys are not the tokens' bytes: GPT-2 first maps every byte to a printable character
 //! (`bytes_to_unicode` in `encoder.py`, e.g. space -> `Ġ`, newline -> `Ċ`), so the key `"Ġthe"`
@@ -21,6 +25,8 @@ use std::path::Path;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use runtime::tokenizer::{format, Tokenizer};
 use serde_json::Value;
+
+use crate::sp_pack::{SpTables, TokenizerConfig};
 
 /// GPT-2's `bytes_to_unicode`: the printable character that stands for each byte in vocab keys.
 ///
@@ -78,27 +84,85 @@ pub struct BpeFiles {
     pub merges: Vec<MergeLine>,
     /// Added/special tokens: literal text -> id.
     pub added: Vec<(String, u32)>,
+    /// Every numeric character is a piece of its own before GPT-2's regex (a `tokenizer.json`
+    /// with `Digits(individual_digits=true)` before `ByteLevel`, as SmolLM's).
+    pub individual_digits: bool,
 }
 
-/// Looks for tokenizer files in `dir` and packs them: `vocab.json` + `merges.txt` first (plus
-/// `added_tokens.json` if present), else `tokenizer.json`. `Ok(None)` if there are none.
+/// A tokenizer found beside a checkpoint, as tables by id, not yet packed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenizerTables {
+    /// GPT-2 style byte-level BPE.
+    ByteLevel(BpeTables),
+    /// SentencePiece BPE (Llama).
+    SentencePiece(SpTables),
+}
+
+impl TokenizerTables {
+    /// Packs the tables into a tokenizer section.
+    pub fn section(&self) -> Result<Vec<u8>> {
+        match self {
+            Self::ByteLevel(t) => t.section(),
+            Self::SentencePiece(t) => t.section(),
+        }
+    }
+
+    /// Number of tokens.
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::ByteLevel(t) => t.tokens.len(),
+            Self::SentencePiece(t) => t.vocab_size(),
+        }
+    }
+}
+
+/// Looks for tokenizer files in `dir` and packs them (see the [module docs](self) for the
+/// order). `Ok(None)` if there are none.
 pub fn pack_from_dir(dir: &Path) -> Result<Option<Vec<u8>>> {
-    tables_from_dir(dir)?.map(|t| t.section().with_context(|| format!("packing the tokenizer in {}", dir.display()))).transpose()
+    tokenizer_from_dir(dir)?.map(|t| t.section().with_context(|| format!("packing the tokenizer in {}", dir.display()))).transpose()
 }
 
-/// The tokenizer files in `dir` (as [`pack_from_dir`] finds them) as tables by id, not yet
-/// packed. `Ok(None)` if there are none.
+/// The tokenizer in `dir` (as [`pack_from_dir`] finds it) as tables by id, not yet packed.
+/// `Ok(None)` if there is none.
+pub fn tokenizer_from_dir(dir: &Path) -> Result<Option<TokenizerTables>> {
+    let context = || format!("packing the tokenizer in {}", dir.display());
+    match find_in_dir(dir)? {
+        Some(Found::ByteLevel(files)) => Ok(Some(TokenizerTables::ByteLevel(BpeTables::from_files(&files).with_context(context)?))),
+        Some(Found::SentencePiece(tables)) => Ok(Some(TokenizerTables::SentencePiece(tables))),
+        None => Ok(None),
+    }
+}
+
+/// The byte-level BPE tokenizer in `dir` (as [`pack_from_dir`] finds it) as tables by id, not
+/// yet packed. `Ok(None)` if there are no tokenizer files; an error if they hold a
+/// SentencePiece tokenizer.
 pub fn tables_from_dir(dir: &Path) -> Result<Option<BpeTables>> {
-    match load_from_dir(dir)? {
-        Some(files) => {
-            Ok(Some(BpeTables::from_files(&files).with_context(|| format!("packing the tokenizer in {}", dir.display()))?))
+    match tokenizer_from_dir(dir)? {
+        Some(TokenizerTables::ByteLevel(tables)) => Ok(Some(tables)),
+        Some(TokenizerTables::SentencePiece(_)) => {
+            bail!("the tokenizer in {} is SentencePiece BPE, not byte-level BPE", dir.display())
         }
         None => Ok(None),
     }
 }
 
-/// Reads (without packing) the tokenizer files in `dir`, as [`pack_from_dir`] finds them.
+/// Reads (without packing) the byte-level BPE tokenizer files in `dir`, as [`pack_from_dir`]
+/// finds them. `Ok(None)` if there are none; an error if they hold a SentencePiece tokenizer.
 pub fn load_from_dir(dir: &Path) -> Result<Option<BpeFiles>> {
+    match find_in_dir(dir)? {
+        Some(Found::ByteLevel(files)) => Ok(Some(files)),
+        Some(Found::SentencePiece(_)) => bail!("the tokenizer in {} is SentencePiece BPE, not byte-level BPE", dir.display()),
+        None => Ok(None),
+    }
+}
+
+/// What [`find_in_dir`] found.
+enum Found {
+    ByteLevel(BpeFiles),
+    SentencePiece(SpTables),
+}
+
+fn find_in_dir(dir: &Path) -> Result<Option<Found>> {
     let read = |name: &str| {
         let path = dir.join(name);
         fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
@@ -115,15 +179,33 @@ pub fn load_from_dir(dir: &Path) -> Result<Option<BpeFiles>> {
         } else {
             Vec::new()
         };
-        return Ok(Some(BpeFiles { vocab, merges, added }));
+        return Ok(Some(Found::ByteLevel(BpeFiles { vocab, merges, added, individual_digits: false })));
     }
     let json_path = dir.join("tokenizer.json");
     if json_path.is_file() {
-        let files =
-            parse_tokenizer_json(&read("tokenizer.json")?).with_context(|| format!("in {}", json_path.display()))?;
-        return Ok(Some(files));
+        let text = read("tokenizer.json")?;
+        let in_file = || format!("in {}", json_path.display());
+        let root: Value = serde_json::from_str(&text).context("tokenizer.json is not valid JSON").with_context(in_file)?;
+        if is_byte_fallback_bpe(&root) {
+            let config = TokenizerConfig::from_dir(dir)?;
+            return Ok(Some(Found::SentencePiece(SpTables::from_tokenizer_json(&root, &config).with_context(in_file)?)));
+        }
+        return Ok(Some(Found::ByteLevel(files_from_tokenizer_json(&root).with_context(in_file)?)));
+    }
+    if dir.join("tokenizer.model").is_file() {
+        return Ok(Some(Found::SentencePiece(crate::sp_pack::tables_from_model_file(dir)?)));
     }
     Ok(None)
+}
+
+/// Whether a `tokenizer.json` is SentencePiece-style: a BPE model with `byte_fallback` and no
+/// `ByteLevel` pre-tokenizer.
+fn is_byte_fallback_bpe(root: &Value) -> bool {
+    let model = root.get("model").unwrap_or(&Value::Null);
+    let bpe = model.get("type").and_then(Value::as_str).is_none_or(|t| t == "BPE");
+    let byte_fallback = model.get("byte_fallback") == Some(&Value::Bool(true));
+    let byte_level = root.get("pre_tokenizer").is_some_and(|p| p.to_string().contains("\"ByteLevel\""));
+    bpe && byte_fallback && !byte_level
 }
 
 /// Parses a `vocab.json` (a JSON object of key -> id).
@@ -173,9 +255,14 @@ fn split_merge(line: &str) -> Result<(String, String)> {
 
 /// Parses a Hugging Face `tokenizer.json` whose model is GPT-2 style byte-level BPE. Anything
 /// the runtime would not reproduce (a normalizer, another pre-tokenizer, a prefix space, word
-/// suffixes, byte fallback, `ignore_merges`) is rejected with the reason.
+/// suffixes, byte fallback, `ignore_merges`) is rejected with the reason. The pre-tokenizer is
+/// `ByteLevel`, or a `Sequence` of `Digits(individual_digits=true)` then `ByteLevel` (SmolLM).
 pub fn parse_tokenizer_json(text: &str) -> Result<BpeFiles> {
     let root: Value = serde_json::from_str(text).context("tokenizer.json is not valid JSON")?;
+    files_from_tokenizer_json(&root)
+}
+
+fn files_from_tokenizer_json(root: &Value) -> Result<BpeFiles> {
     let model = root.get("model").ok_or_else(|| anyhow!("no \"model\" object"))?;
     if let Some(kind) = model.get("type").and_then(Value::as_str) {
         ensure!(kind == "BPE", "model type is {kind:?}; only byte-level \"BPE\" is supported");
@@ -191,7 +278,20 @@ pub fn parse_tokenizer_json(text: &str) -> Result<BpeFiles> {
         "a normalizer is set ({}); the runtime does not normalize text",
         root.get("normalizer").map(Value::to_string).unwrap_or_default()
     );
-    let pre = root.get("pre_tokenizer").unwrap_or(&Value::Null);
+    let mut pre = root.get("pre_tokenizer").unwrap_or(&Value::Null);
+    let mut individual_digits = false;
+    if pre.get("type").and_then(Value::as_str) == Some("Sequence") {
+        match pre.get("pretokenizers").and_then(Value::as_array).map(Vec::as_slice) {
+            Some([digits, byte_level])
+                if digits.get("type").and_then(Value::as_str) == Some("Digits")
+                    && digits.get("individual_digits") == Some(&Value::Bool(true)) =>
+            {
+                individual_digits = true;
+                pre = byte_level;
+            }
+            _ => bail!("pre_tokenizer is {pre}; the runtime implements GPT-2's ByteLevel pre-tokenizer, alone or after Digits(individual_digits=true)"),
+        }
+    }
     ensure!(
         pre.get("type").and_then(Value::as_str) == Some("ByteLevel"),
         "pre_tokenizer is {pre}; the runtime implements only GPT-2's ByteLevel pre-tokenizer"
@@ -234,7 +334,7 @@ pub fn parse_tokenizer_json(text: &str) -> Result<BpeFiles> {
         };
         added.push((content.to_string(), id));
     }
-    Ok(BpeFiles { vocab, merges, added })
+    Ok(BpeFiles { vocab, merges, added, individual_digits })
 }
 
 /// Packs a vocab (keys in GPT-2's byte-to-unicode form) and merges (in rank order) into a
@@ -249,7 +349,7 @@ pub fn pack(vocab: &HashMap<String, u32>, merges: &[(String, String)]) -> Result
             origin: format!("merge {rank}"),
         })
         .collect();
-    pack_files(&BpeFiles { vocab: vocab.clone(), merges, added: Vec::new() })
+    pack_files(&BpeFiles { vocab: vocab.clone(), merges, added: Vec::new(), individual_digits: false })
 }
 
 /// Packs [`BpeFiles`] into a tokenizer section.
@@ -270,6 +370,8 @@ pub struct BpeTables {
     /// Ids of the added (special) tokens, stored literally (e.g. `<|endoftext|>` in a
     /// `tokenizer.json`); GPT-2's `vocab.json` holds its `<|endoftext|>` as an ordinary key.
     pub added: Vec<u32>,
+    /// Numeric characters are cut out one by one before GPT-2's regex (see [`BpeFiles`]).
+    pub individual_digits: bool,
 }
 
 impl BpeTables {
@@ -348,19 +450,26 @@ impl BpeTables {
             merges.push([left, right, u32::try_from(rank)?, result]);
         }
         let added = files.added.iter().map(|&(_, id)| id).collect();
-        Ok(Self { tokens, byte_to_id, merges, added })
+        Ok(Self { tokens, byte_to_id, merges, added, individual_digits: files.individual_digits })
     }
 
     /// Packs the tables into a tokenizer section (loaded back by the runtime before it is
     /// returned).
     pub fn section(&self) -> Result<Vec<u8>> {
-        write_section(&self.tokens, &self.byte_to_id, &mut self.merges.clone())
+        let flags = if self.individual_digits { format::FLAG_INDIVIDUAL_DIGITS } else { 0 };
+        write_section_with_flags(&self.tokens, &self.byte_to_id, &mut self.merges.clone(), flags)
     }
 }
 
 /// Writes the section bytes. `tokens[id]` are the bytes of each token, `byte_to_id[b]` the token
 /// of byte `b`, `merges` `[left, right, rank, result]` entries (sorted here).
 pub fn write_section(tokens: &[Vec<u8>], byte_to_id: &[u32], merges: &mut [[u32; 4]]) -> Result<Vec<u8>> {
+    write_section_with_flags(tokens, byte_to_id, merges, 0)
+}
+
+/// [`write_section`] with version-2 flags (`format::FLAG_*`); without flags the section is
+/// version 1.
+pub fn write_section_with_flags(tokens: &[Vec<u8>], byte_to_id: &[u32], merges: &mut [[u32; 4]], flags: u8) -> Result<Vec<u8>> {
     let (vocab_size, n_merges) = (tokens.len(), merges.len());
     let token_bytes_len: usize = tokens.iter().map(Vec::len).sum();
     let id_bytes = format::id_bytes_for(vocab_size, n_merges);
@@ -373,9 +482,10 @@ pub fn write_section(tokens: &[Vec<u8>], byte_to_id: &[u32], merges: &mut [[u32;
     let u32_field = |n: usize| u32::try_from(n).map(u32::to_le_bytes);
     // Header.
     out.extend_from_slice(&format::MAGIC);
-    out.extend_from_slice(&format::VERSION.to_le_bytes());
+    let version = if flags == 0 { format::VERSION } else { format::VERSION_FLAGS };
+    out.extend_from_slice(&version.to_le_bytes());
     out.push(id_bytes as u8);
-    out.push(0);
+    out.push(flags);
     for field in [vocab_size, n_merges, token_bytes_len, section_len] {
         out.extend_from_slice(&u32_field(field)?);
     }

@@ -421,7 +421,13 @@ fn bad_headers_name_the_field() {
     };
     let bad = |offset| Some(Error::BadTokenizer { offset });
     assert_eq!(with(0, b"GPT2"), bad(0));
-    assert_eq!(with(4, &2u16.to_le_bytes()), bad(4));
+    assert_eq!(with(4, &3u16.to_le_bytes()), bad(4));
+    // Version 2 has flags in byte 7: only FLAG_INDIVIDUAL_DIGITS is known.
+    assert!(with(4, &2u16.to_le_bytes()).is_none());
+    let mut v2 = good.clone();
+    v2[4..6].copy_from_slice(&2u16.to_le_bytes());
+    v2[7] = 2;
+    assert_eq!(Tokenizer::from_bytes(&v2).err(), bad(7));
     assert_eq!(with(6, &[3]), bad(6));
     assert_eq!(with(7, &[1]), bad(7));
     assert_eq!(with(8, &255u32.to_le_bytes()), bad(8));
@@ -529,6 +535,60 @@ fn text() -> impl Strategy<Value = String> {
     ]
 }
 
+// ---- SmolLM's pre-tokenizer: numeric characters one by one, then GPT-2's ------------------------
+
+/// GPT-2's tables behind `Digits(individual_digits=true)`: a version-2 section.
+fn digits_section() -> &'static [u8] {
+    static SECTION: OnceLock<Vec<u8>> = OnceLock::new();
+    SECTION.get_or_init(|| {
+        let mut files = host_tools::tokenizer_pack::load_from_dir(fixture_dir()).unwrap().unwrap();
+        files.individual_digits = true;
+        host_tools::tokenizer_pack::pack_files(&files).unwrap()
+    })
+}
+
+/// The reference for [`digits_section`]: tiktoken on each run without numeric characters and on
+/// each numeric character alone (what Hugging Face's `Sequence[Digits, ByteLevel]` does).
+fn digits_reference(text: &str) -> Vec<u32> {
+    let mut ids = Vec::new();
+    let mut run = String::new();
+    for c in text.chars() {
+        if c.is_numeric() {
+            ids.extend(tiktoken().encode_ordinary(&run));
+            run.clear();
+            ids.extend(tiktoken().encode_ordinary(c.encode_utf8(&mut [0; 4])));
+        } else {
+            run.push(c);
+        }
+    }
+    ids.extend(tiktoken().encode_ordinary(&run));
+    ids
+}
+
+#[test]
+fn individual_digits_match_hugging_face() {
+    // Ids from Hugging Face tokenizers with SmolLM's pre-tokenizer over GPT-2's vocab and merges
+    // (tests/make_sp_fixtures.py).
+    let section = digits_section();
+    assert_eq!((u16::from_le_bytes([section[4], section[5]]), section[7]), (2, 1), "version 2, FLAG_INDIVIDUAL_DIGITS");
+    let tok = Tokenizer::from_bytes(section).unwrap();
+    assert!(tok.as_byte_level().unwrap().individual_digits());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/sp_tokenizer/cases.json");
+    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let case = &cases["gpt2_digits"];
+    let strings = case["strings"].as_array().unwrap();
+    for (text, ids) in strings.iter().zip(case["ids"].as_array().unwrap()) {
+        let text = text.as_str().unwrap();
+        let ids: Vec<u32> = ids.as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect();
+        assert_eq!(encode(&tok, text), ids, "{text:?}");
+        assert_eq!(digits_reference(text), ids, "the tiktoken reference agrees on {text:?}");
+        assert_eq!(decode(&tok, &ids), text.as_bytes());
+    }
+    // Without the flag the same text splits differently.
+    assert_ne!(encode(&gpt2(), "2024"), encode(&tok, "2024"));
+    assert_eq!(encode(&tok, "2024").len(), 4);
+}
+
 proptest! {
     // 2000 cases each (PROPTEST_CASES overrides). Failures print the shrunk input; nothing is
     // written to disk.
@@ -547,6 +607,14 @@ proptest! {
     #[test]
     fn random_text_matches_tiktoken_with_wide_ids(text in text()) {
         assert_parity(&Tokenizer::from_bytes(wide_section()).unwrap(), tiktoken(), &text);
+    }
+
+    #[test]
+    fn random_text_with_individual_digits_matches_tiktoken_per_chunk(text in text()) {
+        let tok = Tokenizer::from_bytes(digits_section()).unwrap();
+        let ours = encode(&tok, &text);
+        prop_assert_eq!(&ours, &digits_reference(&text));
+        prop_assert_eq!(decode(&tok, &ours), text.as_bytes());
     }
 
     #[test]

@@ -606,8 +606,11 @@ fn stream<const K: usize, W: Write>(
         } else {
             decode = decode.wrapping_add(t.wrapping_sub(prev));
         }
+        // The token before this one (the prompt's last for the first): SentencePiece drops a
+        // word's ▁ after BOS.
+        let before = last.or(tokens.last().copied());
         last = Some(id);
-        let mut bytes = tok.token_bytes(id).unwrap_or(&[]);
+        let mut bytes = tok.token_text(before, id).unwrap_or(&[]);
         if chat {
             if let Some(i) = bytes.iter().position(|&b| b == b'\n') {
                 bytes = bytes.get(..i).unwrap_or(&[]);

@@ -195,6 +195,7 @@ fn generate_and_report<P: Platform>(
         out.write_bytes(PROMPT.as_bytes());
     }
     let mut utf8 = Utf8Stream::new();
+    let mut prev = prompt.last().copied();
     let mut generated = [0u32; MAX_NEW_TOKENS];
     let mut n_generated = 0;
     let (mut prefill_ticks, mut decode_ticks, mut decode_min, mut decode_max) = (0u64, 0u64, u64::MAX, 0u64);
@@ -223,7 +224,9 @@ fn generate_and_report<P: Platform>(
             n_generated += 1;
         }
         if let Some(tok) = tok {
-            for piece in utf8.push(tok.token_bytes(id).unwrap_or(&[])) {
+            // After the token before (the prompt's last for the first): SentencePiece drops a
+            // word's ▁ after BOS.
+            for piece in utf8.push(tok.token_text(prev.replace(id), id).unwrap_or(&[])) {
                 out.write_bytes(piece.as_bytes());
             }
             out.flush();

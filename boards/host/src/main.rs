@@ -260,6 +260,10 @@ enum Cmd {
         /// File whose contents to encode (UTF-8).
         #[arg(long)]
         file: Option<PathBuf>,
+        /// Start with BOS, as a prompt does (the tokenizer's BOS, else the model's
+        /// bos_token_id). Without it the ids are the tokenizer's alone (`sp.encode(text)`).
+        #[arg(long)]
+        bos: bool,
     },
     /// Print the text of a list of token ids.
     Detokenize {
@@ -344,8 +348,8 @@ fn tokenizer<'m>(model: &'m Model<'_>) -> Result<&'m Tokenizer<'m>> {
 }
 
 fn encode(tok: &Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
-    // byte-level BPE never yields more tokens than bytes
-    let mut ids = vec![0u32; text.len().max(1)];
+    // byte-level BPE never yields more tokens than bytes, SentencePiece one more (its ▁ prefix)
+    let mut ids = vec![0u32; tok.max_encoded_len(text.len()).max(1)];
     let n = tok.encode(text, &mut ids)?;
     ids.truncate(n);
     Ok(ids)
@@ -439,7 +443,11 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let demo_prompt = (demo && args.model.model.as_os_str() == DEFAULT_MODEL && tok.is_some()).then_some(DEMO_PROMPT);
     let prompt_text = args.prompt.as_deref().or(demo_prompt);
     let prompt: Vec<u32> = match (prompt_text, &args.ids) {
-        (Some(text), _) => encode(tokenizer(&model)?, text)?,
+        // A SentencePiece tokenizer with add_bos_token starts the prompt with BOS.
+        (Some(text), _) => {
+            let tok = tokenizer(&model)?;
+            tok.prompt_prefix().into_iter().chain(encode(tok, text)?).collect()
+        }
         (None, Some(ids)) => args.source.given(&model, ids)?,
         (None, None) => vec![cfg.bos_token_id],
     };
@@ -476,6 +484,8 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let mut utf8 = Utf8Stream::new();
     let mut stop = StopMatcher::new(args.stop.as_deref().unwrap_or("").as_bytes());
     let mut generated = Vec::with_capacity(args.n);
+    // The token before the one being printed: SentencePiece drops a word's ▁ after BOS.
+    let mut prev = prompt.last().copied();
     // The demo (no prompt at all) streams past the context; explicit runs stop at a full
     // context unless --context-shift is given.
     let context_shift = args.context_shift || demo;
@@ -488,7 +498,8 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         generated.push(id);
         let Some(tok) = tok else { return Control::Continue };
         let mut stopped = false;
-        for &b in tok.token_bytes(id).unwrap_or(&[]) {
+        let text = tok.token_text(prev.replace(id), id).unwrap_or(&[]);
+        for &b in text {
             let mut emit = |bytes: &[u8]| {
                 for piece in utf8.push(bytes) {
                     if let Err(e) = out.write_all(piece.as_bytes()) {
@@ -580,7 +591,7 @@ fn kv_formula(cfg: &runtime::Config, capacity: usize, kv: KvDType) -> String {
     format!("{}: {positions} · {} embd · {bytes} B{scale}", kv.name(), cfg.n_embd)
 }
 
-fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>, source: &SourceIdsArg) -> Result<()> {
+fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>, source: &SourceIdsArg, bos: bool) -> Result<()> {
     let blob = load(model_path)?;
     let model = blob.model()?;
     let tok = tokenizer(&model)?;
@@ -593,7 +604,10 @@ fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>, sour
         }
         (None, None) => bail!("give --text or --file"),
     };
-    let ids = encode(tok, text)?;
+    let mut ids = encode(tok, text)?;
+    if bos {
+        ids.insert(0, tok.bos_id().unwrap_or(model.config().bos_token_id));
+    }
     eprintln!("{} tokens", ids.len());
     println!("{}", join_ids(&source.shown(&model, &ids)));
     Ok(())
@@ -605,8 +619,9 @@ fn cmd_detokenize(model_path: &Path, ids: &[u32], source: &SourceIdsArg) -> Resu
     let tok = tokenizer(&model)?;
     let ids = &source.given(&model, ids)?;
     let mut bytes = Vec::new();
+    let mut prev = None;
     for &id in ids {
-        let b = tok.token_bytes(id).with_context(|| {
+        let b = tok.token_text(prev.replace(id), id).with_context(|| {
             format!("token id {id} is out of range (vocab_size {})", tok.vocab_size())
         })?;
         bytes.extend_from_slice(b);
@@ -817,7 +832,7 @@ fn sum_bytes_avx512(bytes: &[u8]) -> u64 {
 fn run(cli: Cli) -> Result<()> {
     match &cli.cmd {
         Some(Cmd::Logits { model, ids, out, source, board }) => cmd_logits(model, ids, out, source, board),
-        Some(Cmd::Tokenize { model, text, file, source }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref(), source),
+        Some(Cmd::Tokenize { model, text, file, source, bos }) => cmd_tokenize(&model.model, text.as_deref(), file.as_deref(), source, *bos),
         Some(Cmd::Detokenize { model, ids, source }) => cmd_detokenize(&model.model, ids, source),
         Some(Cmd::Perplexity { model, file, ctx }) => cmd_perplexity(model, file, *ctx),
         Some(Cmd::Bench { model, prompt_len, n, runs, batch, threads }) => cmd_bench(model, *prompt_len, *n, *runs, *batch, threads),
