@@ -329,6 +329,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 shape.vocab_size,
                 shape.n_ctx
             );
+            if out.join("tokenizer.model").is_file() {
+                eprintln!("tokenizer: tokenizer.model (SentencePiece BPE, {} pieces, byte fallback) trained on the repository's text", shape.vocab_size);
+            } else if let Ok(why) = std::fs::read_to_string(out.join("NO_TOKENIZER.txt")) {
+                eprintln!("note: {}", why.trim_end());
+            }
         }
         Cmd::TrainTokenizer { text, vocab_size, out } => {
             let body = std::fs::read_to_string(&text).with_context(|| format!("cannot read {} as UTF-8 text", text.display()))?;

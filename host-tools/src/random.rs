@@ -254,10 +254,29 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
     Ok(params)
 }
 
+/// The repository's own text the Llama presets' tokenizers are trained on: the story text
+/// (`models/stories/stories.txt`) and the default model's held-out Shakespeare and Milton
+/// (`models/default/val.txt`), public domain.
+pub const TOKENIZER_TEXT: [&str; 2] = [include_str!("../../models/stories/stories.txt"), include_str!("../../models/default/val.txt")];
+
 /// [`write_random`] for Llama: `LlamaConfig` fields as transformers 5 writes them (RoPE θ in
 /// `rope_parameters` and at the top level), `model.` keys, q|k|v with `n_kv_head` key/value
-/// heads, a gated MLP, RMSNorm weights 1, and `lm_head.weight` only when untied.
+/// heads, a gated MLP, RMSNorm weights 1, and `lm_head.weight` only when untied; beside it a
+/// SentencePiece BPE tokenizer of the model's vocabulary size (`tokenizer.model`,
+/// `tokenizer_config.json`: byte fallback, BOS 1, EOS 2, as Llama 2's), trained on
+/// [`TOKENIZER_TEXT`] by [`crate::sp_train`]. When that text cannot give so many pieces (it gives
+/// about 16,400), no tokenizer is written and `NO_TOKENIZER.txt` in the folder says why.
 fn write_random_llama(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
+    let params = write_random_llama_weights(dir, shape, seed)?;
+    let text = TOKENIZER_TEXT.join("\n");
+    if let Err(e) = crate::sp_train::write_tokenizer_dir(dir, &text, shape.vocab_size as usize) {
+        // the weights stand without it: pass token ids, or copy a tokenizer in
+        std::fs::write(dir.join("NO_TOKENIZER.txt"), format!("host-tools random wrote no tokenizer: {e:#}\n"))?;
+    }
+    Ok(params)
+}
+
+fn write_random_llama_weights(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
     let RandomShape { n_layer, n_embd, n_head, vocab_size, n_ctx, n_kv_head, head_dim, tied, .. } = shape;
     let n_kv_head = if n_kv_head == 0 { n_head } else { n_kv_head };
     ensure!(n_head % n_kv_head == 0, "n_kv_head ({n_kv_head}) must divide n_head ({n_head})");

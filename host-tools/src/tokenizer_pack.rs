@@ -3,10 +3,14 @@
 //!
 //! Input, looked for beside a checkpoint by [`pack_from_dir`], in this order:
 //! - `vocab.json` + `merges.txt` (GPT-2's own files; `added_tokens.json` too if present);
+//! - `tokenizer.model`: a sentencepiece BPE model (Llama), as SentencePiece. It comes before a
+//!   `tokenizer.json` beside it because its ids are the `sentencepiece` package's by definition,
+//!   while transformers 5 writes Llama's `tokenizer.json` with a `Metaspace` pre-tokenizer whose
+//!   ids differ on text that starts with a space. If it cannot be packed (a user-defined piece,
+//!   another normaliser) and a `tokenizer.json` is there, that is packed instead;
 //! - `tokenizer.json`: a Hugging Face tokenizer with a byte-level BPE model (GPT-2; SmolLM's
 //!   `Digits(individual_digits=true)` + `ByteLevel` too) packs here, one whose BPE model has
-//!   `byte_fallback` (Llama 2, TinyLlama) as SentencePiece;
-//! - `tokenizer.model`: a sentencepiece BPE model (Llama), as SentencePiece.
+//!   `byte_fallback` (Llama 2, TinyLlama) as SentencePiece.
 //!
 //! Vocab keys are not the tokens' bytes: GPT-2 first maps every byte to a printable character
 //! (`bytes_to_unicode` in `encoder.py`, e.g. space -> `Ġ`, newline -> `Ċ`), so the key `"Ġthe"`
@@ -182,18 +186,26 @@ fn find_in_dir(dir: &Path) -> Result<Option<Found>> {
         return Ok(Some(Found::ByteLevel(BpeFiles { vocab, merges, added, individual_digits: false })));
     }
     let json_path = dir.join("tokenizer.json");
-    if json_path.is_file() {
+    let from_json = || -> Result<Found> {
         let text = read("tokenizer.json")?;
         let in_file = || format!("in {}", json_path.display());
         let root: Value = serde_json::from_str(&text).context("tokenizer.json is not valid JSON").with_context(in_file)?;
         if is_byte_fallback_bpe(&root) {
             let config = TokenizerConfig::from_dir(dir)?;
-            return Ok(Some(Found::SentencePiece(SpTables::from_tokenizer_json(&root, &config).with_context(in_file)?)));
+            return Ok(Found::SentencePiece(SpTables::from_tokenizer_json(&root, &config).with_context(in_file)?));
         }
-        return Ok(Some(Found::ByteLevel(files_from_tokenizer_json(&root).with_context(in_file)?)));
-    }
+        Ok(Found::ByteLevel(files_from_tokenizer_json(&root).with_context(in_file)?))
+    };
     if dir.join("tokenizer.model").is_file() {
-        return Ok(Some(Found::SentencePiece(crate::sp_pack::tables_from_model_file(dir)?)));
+        return match crate::sp_pack::tables_from_model_file(dir) {
+            Ok(tables) => Ok(Some(Found::SentencePiece(tables))),
+            // a tokenizer.json beside it may hold what the model file's packer refuses
+            Err(e) if json_path.is_file() => from_json().map(Some).map_err(|_| e),
+            Err(e) => Err(e),
+        };
+    }
+    if json_path.is_file() {
+        return from_json().map(Some);
     }
     Ok(None)
 }

@@ -578,3 +578,24 @@ fn the_trained_fixture_is_what_the_trainer_makes() {
     let config = std::fs::read_to_string(fixtures().join("trained/tokenizer_config.json")).unwrap();
     assert_eq!(config, host_tools::sp_train::llama_tokenizer_config_json());
 }
+
+/// The Llama parity fixture `llama_gqa` carries the tokenizer.model `tests/make_fixtures.py`
+/// trained for it: converting the folder packs it, and the blob's tokenizer gives the ids
+/// `sp.encode` gave there (recorded in reference.json), with BOS 1 as the prompt prefix.
+#[test]
+fn the_llama_fixture_converts_with_its_sentencepiece_tokenizer() {
+    let dir = reference_tests::fixture_dir("llama_gqa");
+    let r = reference_tests::reference(&dir);
+    let blob = reference_tests::convert_dir(&dir, host_tools::convert::WeightDType::F32);
+    let model = blob.model().unwrap();
+    let tok = model.tokenizer().expect("llama_gqa converts with its tokenizer");
+    assert!(tok.as_sentencepiece().is_some());
+    assert_eq!((tok.prompt_prefix(), tok.bos_id(), tok.eos_id()), (Some(1), Some(1), Some(2)));
+    let encodings = r["tokenizer"]["sp_encode"].as_object().unwrap();
+    assert_eq!(encodings.len(), 3);
+    for (text, want) in encodings {
+        let mut out = vec![0u32; tok.max_encoded_len(text.len())];
+        let n = tok.encode(text, &mut out).unwrap();
+        assert_eq!(&out[..n], reference_tests::ids(want).as_slice(), "{text:?}");
+    }
+}

@@ -183,11 +183,11 @@ pub struct Console<'a, const K: usize> {
     /// One turn's text, assembled.
     text: [u8; TURN_BYTES],
     /// The tokens of a prompt or a turn (byte-level BPE gives at most one per byte).
-    tokens: [u32; TURN_BYTES + 1],
+    tokens: [u32; TURN_BYTES + 2],
 }
 
 /// Bytes of the console's own buffers: line, turn text and turn tokens.
-pub const BUFFER_BYTES: usize = LINE_BYTES + TURN_BYTES + 4 * (TURN_BYTES + 1);
+pub const BUFFER_BYTES: usize = LINE_BYTES + TURN_BYTES + 4 * (TURN_BYTES + 2);
 
 impl<'a, const K: usize> Console<'a, K> {
     /// A console over `session` (whose model must have a tokenizer), with `window` of at least
@@ -211,7 +211,7 @@ impl<'a, const K: usize> Console<'a, K> {
             pending: None,
             last: None,
             text: [0; TURN_BYTES],
-            tokens: [0; TURN_BYTES + 1],
+            tokens: [0; TURN_BYTES + 2],
         })
     }
 
@@ -345,8 +345,10 @@ impl<'a, const K: usize> Console<'a, K> {
 
     /// A prompt outside chat mode: a new sequence, as `host --prompt` runs it.
     fn reply<W: Write>(&mut self, prompt: &str, out: &mut Out<'_, W>, meter: &impl Meter) {
-        let n = match self.tok.encode(prompt, &mut self.tokens) {
-            Ok(n) => n,
+        // after BOS where the tokenizer says (a SentencePiece one with add_bos_token)
+        let head = bos_head(self.tok, &mut self.tokens, 0);
+        let n = match self.tok.encode(prompt, self.tokens.get_mut(head..).unwrap_or(&mut [])) {
+            Ok(n) => n + head,
             Err(e) => return error(out, e),
         };
         let capacity = self.session.capacity();
@@ -376,11 +378,13 @@ impl<'a, const K: usize> Console<'a, K> {
         let Ok(text) = core::str::from_utf8(self.text.get(..len).unwrap_or(&[])) else {
             return error(out, format_args!("the turn is not UTF-8"));
         };
-        // the last token of a reply cut by /n goes into the conversation first
+        // the last token of a reply cut by /n goes into the conversation first; a conversation
+        // starts with BOS where the tokenizer says
         let head = usize::from(self.pending.is_some());
         if let (Some(p), Some(slot)) = (self.pending, self.tokens.first_mut()) {
             *slot = p;
         }
+        let head = if self.turns == 0 && self.session.pos() == 0 { bos_head(self.tok, &mut self.tokens, head) } else { head };
         let n = match self.tok.encode(text, self.tokens.get_mut(head..).unwrap_or(&mut [])) {
             Ok(n) => n + head,
             Err(e) => return error(out, e),
@@ -743,5 +747,17 @@ impl<W: Write> fmt::Write for Out<'_, W> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.str(s);
         Ok(())
+    }
+}
+
+/// Puts the tokenizer's prompt prefix (BOS, for a SentencePiece tokenizer with add_bos_token)
+/// at `tokens[at]` and returns where the text's ids go.
+fn bos_head(tok: &Tokenizer<'_>, tokens: &mut [u32], at: usize) -> usize {
+    match (tok.prompt_prefix(), tokens.get_mut(at)) {
+        (Some(bos), Some(slot)) => {
+            *slot = bos;
+            at + 1
+        }
+        _ => at,
     }
 }

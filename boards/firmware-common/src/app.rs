@@ -161,13 +161,22 @@ fn generate_and_report<P: Platform>(
         board.buffer_region
     );
 
-    // The prompt: encode the text (with a tokenizer) or take the fixed ids.
-    let mut prompt_buf = [0u32; PROMPT.len()];
+    // The prompt: encode the text (with a tokenizer; after BOS where the tokenizer says, as a
+    // SentencePiece one with add_bos_token does, and as `host --prompt` does) or take the fixed
+    // ids. Room for the BOS and for SentencePiece's dummy-prefix space.
+    let mut prompt_buf = [0u32; PROMPT.len() + 2];
     let (prompt, encode_ticks) = match tok {
         Some(tok) => {
             let t = now();
-            let n = tok.encode(PROMPT, &mut prompt_buf)?;
-            (&prompt_buf[..n], Some(now() - t))
+            let head = match tok.prompt_prefix() {
+                Some(bos) => {
+                    prompt_buf[0] = bos;
+                    1
+                }
+                None => 0,
+            };
+            let n = tok.encode(PROMPT, &mut prompt_buf[head..])?;
+            (&prompt_buf[..head + n], Some(now() - t))
         }
         None => {
             for (slot, &id) in prompt_buf.iter_mut().zip(&FALLBACK_PROMPT_IDS) {

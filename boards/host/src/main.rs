@@ -347,6 +347,13 @@ fn tokenizer<'m>(model: &'m Model<'_>) -> Result<&'m Tokenizer<'m>> {
     model.tokenizer().context("this blob has no tokenizer; pass token ids with --ids")
 }
 
+/// `text` as a prompt: the tokenizer's prompt prefix (BOS, for a SentencePiece tokenizer with
+/// add_bos_token, as transformers' `tokenizer(text)` gives it), then its ids. What `host
+/// --prompt`, `host trace --prompt`, `perplexity` and the firmware run.
+fn encode_prompt(tok: &Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
+    Ok(tok.prompt_prefix().into_iter().chain(encode(tok, text)?).collect())
+}
+
 fn encode(tok: &Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
     // byte-level BPE never yields more tokens than bytes, SentencePiece one more (its ▁ prefix)
     let mut ids = vec![0u32; tok.max_encoded_len(text.len()).max(1)];
@@ -445,8 +452,7 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
     let prompt: Vec<u32> = match (prompt_text, &args.ids) {
         // A SentencePiece tokenizer with add_bos_token starts the prompt with BOS.
         (Some(text), _) => {
-            let tok = tokenizer(&model)?;
-            tok.prompt_prefix().into_iter().chain(encode(tok, text)?).collect()
+            encode_prompt(tokenizer(&model)?, text)?
         }
         (None, Some(ids)) => args.source.given(&model, ids)?,
         (None, None) => vec![cfg.bos_token_id],
@@ -569,7 +575,8 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
 }
 
 /// How the KV cache's bytes come about: `int8: 2 · 4 layers · 128 ctx · 112 embd · 1 B + …`,
-/// with the local layers' rings (`min(ctx, W)` positions) counted apart.
+/// with the local layers' rings (`min(ctx, W)` positions) counted apart, and a row of
+/// `H_kv · D` values where grouped-query attention makes it narrower than `n_embd`.
 fn kv_formula(cfg: &runtime::Config, capacity: usize, kv: KvDType) -> String {
     let layout = KvLayout::new(cfg, capacity);
     let bytes = match kv {
@@ -588,7 +595,12 @@ fn kv_formula(cfg: &runtime::Config, capacity: usize, kv: KvDType) -> String {
     }
     let scale = if kv == KvDType::I8 { " + a 4-byte scale per head per position" } else { "" };
     let positions = if terms.len() == 1 { terms.join("") } else { format!("({})", terms.join(" + ")) };
-    format!("{}: {positions} · {} embd · {bytes} B{scale}", kv.name(), cfg.n_embd)
+    let row = if cfg.kv_dim() == cfg.n_embd() {
+        format!("{} embd", cfg.n_embd)
+    } else {
+        format!("{} ({} key/value heads · {})", cfg.kv_dim(), cfg.n_kv_head, cfg.head_dim)
+    };
+    format!("{}: {positions} · {row} · {bytes} B{scale}", kv.name())
 }
 
 fn cmd_tokenize(model_path: &Path, text: Option<&str>, file: Option<&Path>, source: &SourceIdsArg, bos: bool) -> Result<()> {
@@ -637,7 +649,8 @@ fn cmd_perplexity(m: &ModelArg, file: &Path, ctx: Option<usize>) -> Result<()> {
     let model = blob.model()?;
     let tok = tokenizer(&model)?;
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {} as UTF-8 text", file.display()))?;
-    let ids = encode(tok, &text)?;
+    // after BOS where the tokenizer says (the first token is then predicted from BOS)
+    let ids = encode_prompt(tok, &text)?;
     if ids.len() < 2 {
         bail!("{} has {} tokens; perplexity needs at least 2", file.display(), ids.len());
     }

@@ -21,7 +21,7 @@ use runtime::sampler::Sampler;
 use runtime::kv_cache::KvLayout;
 use runtime::{KvCache, KvDType, Session, SessionSizes};
 
-use crate::{encode, load, tokenizer, DEFAULT_MODEL};
+use crate::{encode_prompt, load, tokenizer, DEFAULT_MODEL};
 
 /// The firmware's default blob (`boards/qemu-*/build.rs`: `Layout::default_blob`).
 const FIRMWARE_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model-q8.blob");
@@ -84,7 +84,7 @@ pub fn cmd_trace(a: &TraceArgs) -> Result<()> {
     let file = load(&model_path)?;
     let model = file.model()?;
     let prompt = match (&a.prompt, &a.ids) {
-        (Some(text), _) => encode(tokenizer(&model)?, text)?,
+        (Some(text), _) => encode_prompt(tokenizer(&model)?, text)?,
         (None, Some(ids)) => ids.clone(),
         (None, None) => bail!("give --prompt TEXT or --ids L"),
     };
@@ -129,7 +129,7 @@ fn digest(model_path: &Path) -> Result<()> {
     let mut session = Session::with_kv_dtype(&model, &mut arena, &mut kv_buf, capacity, kv)?;
     // the prompt as the firmware makes it (app.rs)
     let prompt: Vec<u32> = match model.tokenizer() {
-        Some(tok) => encode(tok, settings::PROMPT)?,
+        Some(tok) => encode_prompt(tok, settings::PROMPT)?,
         None => settings::FALLBACK_PROMPT_IDS.iter().map(|id| id % cfg.vocab_size).collect(),
     };
     let mut sampler = Sampler::<{ settings::TOP_K_CAPACITY }>::new(settings::SAMPLER)?;
