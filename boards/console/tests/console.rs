@@ -232,7 +232,7 @@ fn stats_formats_each_counter_and_nothing_else_prints_timing() {
         let (_, out) = run(&mut console, b"/stats\n/n 2\nROMEO:\n/stats\n", &ticks(unit));
         let r = responses(&out);
         let memory = format!("arena {} B, KV cache {} B (int8)", sizes.arena_len * 4, sizes.kv_len * 4);
-        assert_eq!(r[0], format!("stats: no reply yet\nstats: context: 0 of 128 positions in use\nstats: memory: {memory}, token window 512 B, sampler 16384 B (1024 candidates), console buffers 1865 B\n"));
+        assert_eq!(r[0], format!("stats: no reply yet\nstats: context: 0 of 128 positions in use\nstats: memory: {memory}, token window 512 B, sampler 16384 B (1024 candidates), console buffers 1869 B\n"));
         let stats: Vec<&str> = r[3].split_inclusive('\n').collect();
         assert_eq!(stats[0], "stats: last reply: 5 prompt tokens, 2 generated, stopped: 2 tokens (/n)\n");
         assert_eq!(stats[3], "stats: host --prompt LINE -n 2 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 42 --ctx 128 --kv-dtype int8 prints LINE, then this reply\n");
