@@ -456,8 +456,8 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
     a("SentencePiece BPE trained with the `sentencepiece` package "
       f"({ref['versions']['sentencepiece']}) on the training split only, with Llama 2's settings: "
       + ", ".join(f"`{k}={v!r}`" for k, v in SP_SETTINGS.items())
-      + f" (`character_coverage` is Llama 2's value; the characters it leaves out, such as the digits "
-      "6-9, `{`, `@`, are written with their byte pieces). Files: `tokenizer.model` and a "
+      + f" (`character_coverage` is Llama 2's value; the characters it leaves out, the "
+      "digits 0 and 6-9, `{`, `}`, `@`, `*`, `/` and two stray ones, are written with their byte pieces). Files: `tokenizer.model` and a "
       "`tokenizer_config.json` for transformers' `LlamaTokenizer` (`add_bos_token` true, `add_eos_token` "
       "false, `legacy` true).\n")
     a(f"- **Vocabulary {s['V']}** = `<unk>` `<s>` `</s>` + 256 byte pieces `<0x00>`…`<0xFF>` (ids 3-258) "
@@ -509,17 +509,17 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
       f"**Context {cfg.max_position_embeddings}**: RoPE has no position table, so a longer context costs "
       "no flash (the default GPT-2 pays 128 x 112 weights for its 128 positions), and with the "
       "grouped-query KV cache a whole 256-token session fits the Pico 2's 192 KiB too (below); the "
-      "board firmware runs at 128, and positions 0-127 are trained like the rest. Training on "
-      "256-token windows costs ~20% more per token than on 128 (attention), which is why the step "
-      "count is what it is.\n")
+      "board firmware runs at 128, and positions 0-127 are trained like the rest. The price: a step "
+      "of 16 x 256 tokens took 20-40% more CPU than one of 32 x 128 in a timing run on this shared "
+      "machine (attention grows with the window), so fewer tokens fit the time budget.\n")
 
     a("## Budget (estimates)\n")
     a("Blob bytes as `host-tools convert` lays them out (each tensor 64-byte aligned; q8: 1 byte per "
       "weight, q4: 1/2, + one f32 scale per group of 32 along each row, every matrix incl. the "
       "embedding; RMSNorm gains f32) plus the tokenizer section above; RAM as the runtime's "
       "`SessionSizes` counts it (prefill batch 1, int8 KV cache with one f32 scale per key-value head "
-      "per position, token window u32). Not yet measured with `host-tools plan`: the runtime's "
-      "SentencePiece section is still being written.\n")
+      "per position, token window u32). Estimates: this script does not run cargo, so `host-tools "
+      "convert` / `host-tools plan` have not measured this model yet.\n")
     a("| | estimate | limit |\n|---|---:|---:|")
     a(f"| q8 blob (Pico 2) | {fmt(bud['q8_blob_bytes'])} | {fmt(FLASH_LIMIT)} (kept 2% under: {fmt(BLOB_LIMIT)}) |")
     a(f"| q4 blob | {fmt(bud['q4_blob_bytes'])} | nRF52840-DK: {fmt(NRF_BLOB_LIMIT)} |")
@@ -555,7 +555,8 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
     epochs = t["tokens_seen"] / ref["data"]["train_tokens"]
     a(f"- **{t['steps']} steps** (a fixed count, so a rerun gives the same model), "
       f"{fmt(t['tokens_seen'])} tokens seen (~{epochs:.1f} epochs). The count was set from a 300-step "
-      f"timing run for about 50 minutes on this shared 2-core machine.")
+      f"pilot run of this script (0.59 s/step at a load of ~2.8) for about 45-50 minutes of training on "
+      f"this shared 2-core machine.")
     a(f"- Time: the training loop took **{t['seconds'] / 60:.1f} minutes** wall-clock and "
       f"{t['cpu_seconds'] / 60:.1f} minutes of CPU (2 threads; other sessions' Rust builds ran beside it: "
       f"1-minute load {min(r['load1'] for r in t['log']):.1f}-{max(r['load1'] for r in t['log']):.1f}, CPU/wall "
@@ -572,9 +573,11 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
       f"{t['threads']} threads); other CPUs or thread counts can differ in the last bits.\n")
 
     a("## Validation\n")
-    a(f"The default model's definition: sliding window over `{val_rel}` tokenized without BOS "
-      "(`sp.encode`), stride W/2, each token scored once with up to W-1 tokens of context (the first "
-      "token is not scored); nats per character = summed nats / characters of `val.txt`; float32, eager "
+    a(f"The default model's definition on the ids `host perplexity` scores for this tokenizer: "
+      f"`[BOS] + sp.encode(text)` of `{val_rel}` (the tokenizer says `add_bos_token`, so the runtime "
+      "encodes the file as a prompt), a sliding window of W tokens, stride W/2, each id after the first "
+      "scored once with up to W-1 tokens of context: every token of the text, its first predicted from "
+      "BOS (the default GPT-2 has no BOS and leaves its first token unscored); nats per character = summed nats / characters of `val.txt`; float32, eager "
       "attention, float64 accumulation. q8 / q4: the same with every matrix (incl. the tied "
       "embedding) quantized and dequantized as `host-tools convert` does (`fake_quantize`: symmetric, "
       "groups of 32 along each row, round half away from zero); RMSNorm gains f32; activations are "
@@ -597,8 +600,8 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
         rel = f"{100 * (e['nats_per_char'] / ref_e['nats_per_char'] - 1):+.2f}%" if name != "f32" else ""
         a(f"| {name} (transformers) | {e['window']} | {e['nats_per_token']:.4f} | **{e['nats_per_char']:.4f}** | "
           f"{e['nats_per_char'] / math.log(2):.4f} | {e['perplexity']:.2f} | {agree} | {agree_c} | {rel} |")
-    a(f"\nTokens scored: {fmt(ev['f32']['tokens_scored'])} ({ref['val_chars_per_token']:.3f} characters "
-      "per token). **Against the default GPT-2** (same `val.txt`, same definition, its window 128): "
+    a(f"\nTokens scored: {fmt(ev['f32']['tokens_scored'])} (all of `sp.encode(val.txt)`; "
+      f"{ref['val_chars_per_token']:.3f} characters per token). **Against the default GPT-2** (same `val.txt`, same definition, its window 128): "
       f"{DEFAULT_F32} nats/char in f32 with its logit temperature T = 1.13 folded in, "
       f"{DEFAULT_F32_T1} without it (its EMA checkpoint); this model's comparable figure is the "
       f"window-{BOARD_CTX} row, "
@@ -644,7 +647,7 @@ DEFAULT_F32_T1 = "1.4055"
 
 # The final choice (used as defaults).
 FINAL = {"vocab": 2048, "hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "intermediate": 256,
-         "n_ctx": 256, "batch_size": 16, "steps": 3600, "warmup": 200, "lr": 4e-3, "min_lr_ratio": 0.1,
+         "n_ctx": 256, "batch_size": 16, "steps": 4500, "warmup": 200, "lr": 4e-3, "min_lr_ratio": 0.1,
          "weight_decay": 0.1, "ema": 0.998, "ema_compare": [0.999], "threads": 2}
 
 
@@ -729,6 +732,9 @@ def main():
     train_ids = np.array(stream, dtype=np.int32)
     val_ids = sp.encode(val_text)
     assert sp.decode(val_ids) == val_text, "SentencePiece round trip of val.txt failed"
+    # what `host perplexity` scores: the file as a prompt, BOS then its ids (the tokenizer says
+    # add_bos_token), so every token of the text is scored, the first one predicted from BOS
+    eval_ids = [BOS] + val_ids
     data_info.update(train_docs=len(train_docs), train_chars=train_chars, train_tokens=len(train_ids))
     tok_info = {"settings": SP_SETTINGS, "chunk_bytes": SP_CHUNK_BYTES, "section": tok_section,
                 "sha256": hashlib.sha256((out / "tokenizer.model").read_bytes()).hexdigest(),
@@ -757,7 +763,7 @@ def main():
         log("[budget] " + msg + " (--over-budget)")
 
     # ---- training
-    model, train_info = train(args, config, train_ids, val_ids, len(val_text))
+    model, train_info = train(args, config, train_ids, eval_ids, len(val_text))
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params == bud["total_params"], (n_params, bud["total_params"])
     model.config.use_cache = True
@@ -790,7 +796,7 @@ def main():
     if config.max_position_embeddings > BOARD_CTX:
         windows.append((f"@{BOARD_CTX}", BOARD_CTX))
     for suffix, W in windows:
-        for k, e in evaluate(models, val_ids, W, len(val_text)).items():
+        for k, e in evaluate(models, eval_ids, W, len(val_text)).items():
             evals[k + suffix] = e
     for k, e in evals.items():
         extra = (f", top-1 = f32 {100 * e['top1_agreement']:.2f}% ({100 * e['top1_agreement_margin_0_1']:.2f}% "
@@ -826,8 +832,10 @@ def main():
         "val_chars": len(val_text),
         "val_tokens": len(val_ids),
         "val_chars_per_token": len(val_text) / len(val_ids),
-        "val_loss_definition": "sliding window W (the model's n_ctx, and the board's 128), stride W//2, no BOS "
-                               "(sp.encode), each token scored once (first token unscored), float64 accumulation",
+        "val_loss_definition": "ids = [BOS] + sp.encode(val.txt) (as host perplexity encodes a file for a "
+                               "tokenizer with add_bos_token); sliding window W (the model's n_ctx, and the "
+                               "board's 128), stride W//2, each id after the first scored once (so every token "
+                               "of the text, the first predicted from BOS), float64 accumulation",
         "val_nats_per_char_f32": evals["f32"]["nats_per_char"],
         "evals": evals,
         "quantization": "fake: every 2-D weight (embedding/tied head, q/k/v/o, gate/up/down) quantized and "
