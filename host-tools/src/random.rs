@@ -281,7 +281,7 @@ fn write_random_llama_weights(dir: &Path, shape: RandomShape, seed: u64) -> Resu
     let n_kv_head = if n_kv_head == 0 { n_head } else { n_kv_head };
     ensure!(n_head % n_kv_head == 0, "n_kv_head ({n_kv_head}) must divide n_head ({n_head})");
     let d = if head_dim == 0 { n_embd / n_head } else { head_dim } as usize;
-    ensure!(d % 2 == 0, "head_dim ({d}) must be even for RoPE");
+    ensure!(d.is_multiple_of(2), "head_dim ({d}) must be even for RoPE");
     let (c, v, inner) = (n_embd as usize, vocab_size as usize, shape.inner() as usize);
     let (cq, ckv) = (n_head as usize * d, n_kv_head as usize * d);
     let mut config = json!({
