@@ -278,3 +278,47 @@ fn generate_more_refuses_what_cannot_run_and_leaves_the_cache_alone() {
     assert_eq!(generate_more(&mut s, &mut sampler, &[1], &mut window[..7], &opts, &mut never).unwrap_err(), Error::BufferTooSmall { needed: 8, available: 7 });
     assert_eq!((s.pos(), &window[..4]), (pos, &cached[..]));
 }
+
+/// A Llama sequence starts with BOS; a context shift keeps it in front of the most recent half
+/// (as llama.cpp keeps it), in both `generate` and `generate_more`, and what the cache then
+/// holds is exactly that window: the logits after the shift are a fresh run's over it.
+#[test]
+fn a_context_shift_keeps_the_leading_bos() {
+    let dir = fixture_dir("llama_gqa");
+    let blob = convert_dir(&dir, WeightDType::F32);
+    let model = blob.model().unwrap();
+    let bos = model.config().bos_token_id;
+    let capacity = 16;
+    let sizes = SessionSizes::new(model.config(), capacity, 4);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = Session::new(&model, &mut arena, &mut kv, capacity).unwrap();
+    let mut sampler = Sampler::<32>::new(sampled()).unwrap();
+    let mut window = vec![0u32; capacity];
+    let prompt = [bos, 40, 50, 60, 70];
+    let opts = GenerateOptions { max_tokens: 14, stop_at_eos: false, context_shift: true };
+    let mut ids = Vec::new();
+    let summary = generate(&mut s, &mut sampler, &prompt, &mut window, &opts, |t| {
+        ids.push(t);
+        Control::Continue
+    })
+    .unwrap();
+    assert_eq!(summary.shifts, 1, "5 + 14 tokens in 16 positions shift once: {summary:?}, {ids:?}");
+    let held = s.pos();
+    assert_eq!(window[0], bos, "BOS stays first after the shift");
+    // the window after the shift is BOS, then the most recent tokens: the sequence's tail
+    let sequence: Vec<u32> = prompt.iter().copied().chain(ids.iter().copied()).collect();
+    let tail = &sequence[sequence.len() - 1 - (held - 1)..sequence.len() - 1];
+    assert_eq!(&window[1..held], tail);
+    // and the cache holds exactly that: a fresh session over the window gives the same logits
+    let after = s.logits().unwrap().to_vec();
+    let (mut arena2, mut kv2) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut fresh = Session::new(&model, &mut arena2, &mut kv2, capacity).unwrap();
+    assert!(fresh.prefill(&window[..held]).unwrap().to_vec() == after);
+    // a chat turn that does not fit shifts with the BOS in front as well
+    let turn: Vec<u32> = (100..108).collect();
+    let opts = GenerateOptions { max_tokens: 1, stop_at_eos: false, context_shift: true };
+    let summary = generate_more(&mut s, &mut sampler, &turn, &mut window, &opts, |_| Control::Continue).unwrap();
+    assert_eq!(summary.shifts, 1);
+    assert_eq!(window[0], bos);
+    assert_eq!(&window[s.pos() - turn.len()..s.pos()], &turn[..]);
+}
