@@ -3,7 +3,9 @@
 # Arm (aarch64-unknown-linux-gnu, where NEON is baseline and the portable kernels vectorise to
 # it; q8/q4 `linear` takes the SDOT kernels, runtime/src/kernels/aarch64.rs), runs the tests
 # under qemu-user, and requires `host`'s output on the shipped blobs (f32, q8, q4; f32 and int8
-# KV cache; 200 tokens, text and ids) to equal the x86-64 build's byte for byte.
+# KV cache; 200 tokens, text and ids) and on a Llama blob (the `llama_gqa` fixture with its
+# SentencePiece tokenizer, converted here to q8 and q4: RoPE, grouped-query attention, the gated
+# MLP) to equal the x86-64 build's byte for byte.
 #
 # The emulated CPU is `-cpu max`, which has SDOT (dotprod); GPT2_MCU_EXPECT_SDOT=1 makes the
 # SDOT test fail instead of skipping if it were missing. The shipped q8/q4 blobs' 448-wide
@@ -39,7 +41,9 @@ status=0
 compare() {
   local blob=$1 kv=$2 want got
   shift 2
-  local args=(--model "models/default/$blob" --kv-dtype "$kv" -n 200 --print-ids)
+  local path="models/default/$blob" extra=()
+  if [ -f "$blob" ]; then path="$blob"; extra=(--prompt "Once upon a time" --ignore-eos --context-shift); fi
+  local args=(--model "$path" "${extra[@]}" --kv-dtype "$kv" -n 200 --print-ids)
   want="$("$x86" "${args[@]}" 2>/dev/null)"
   got="$(env "$@" "${QEMU[@]}" "$a64" "${args[@]}" 2>/dev/null)"
   if [ "$want" = "$got" ]; then
@@ -58,4 +62,14 @@ done
 # the portable q8/q4 kernels on aarch64 (as on a CPU without SDOT)
 compare model-q8.blob int8 GPT2_MCU_NO_SDOT=1
 compare model-q4.blob int8 GPT2_MCU_NO_SDOT=1
+# a Llama blob: 48 positions, so the 200 tokens shift the context (keeping BOS) several times
+LLAMA_DIR="$(mktemp -d)"
+trap 'rm -rf "$LLAMA_DIR"' EXIT
+for dtype in q8 q4; do
+  cargo run -q --release -p host-tools -- convert tests/fixtures/llama_gqa --dtype "$dtype" -o "$LLAMA_DIR/llama-$dtype.blob" 2>/dev/null
+  for kv in f32 int8; do
+    compare "$LLAMA_DIR/llama-$dtype.blob" "$kv"
+  done
+done
+compare "$LLAMA_DIR/llama-q8.blob" int8 GPT2_MCU_NO_SDOT=1
 exit $status
