@@ -19,6 +19,10 @@ Pilot (timing, pipeline check) into a scratch directory:
 
     .venv/bin/python scripts/train_llama_model.py --steps 300 --out /tmp/llama-pilot
 
+The card alone, from the saved reference.json (e.g. after editing write_card):
+
+    .venv/bin/python scripts/train_llama_model.py --card-only
+
 Requirements: scripts/requirements.txt plus sentencepiece (torch, transformers, tokenizers,
 safetensors, numpy, sentencepiece). Everything except the PyPI download runs offline.
 """
@@ -252,39 +256,78 @@ def quantized_copy(model, dtype: str):
 @torch.no_grad()
 def evaluate(models: dict, ids: list[int], W: int, chars: int, batch: int = 32) -> dict:
     """Sliding-window validation of several models over the same windows (the default's
-    definition: window W, stride W/2, no BOS, every token but the first scored once, float64).
+    definition: window W, stride W/2, every id but the first scored once, float64).
     For every model but "f32": top-1 agreement with f32 at every scored position, and at the
-    positions where f32's top logit leads its runner-up by at least 0.1 (the default model's test)."""
+    positions where f32's top logit leads its runner-up by at least 0.1 (the default model's test),
+    0.5, 1 and 2 logits."""
     names = list(models)
     gens = [base.scored_logits(models[n], ids, W, batch) for n in names]
     nll = {n: 0.0 for n in names}
-    agree = {n: 0 for n in names}
-    agree_conf = {n: 0 for n in names}
-    count = conf = 0
+    agree = {n: {th: 0 for th in MARGINS} for n in names}
+    sure_n = {th: 0 for th in MARGINS}
+    count = 0
     for rows in zip(*gens):
         tgt = rows[0][1]
         idx = torch.arange(len(tgt))
         top2 = rows[0][0].topk(2, dim=-1)
         ref_arg = top2.indices[:, 0]
-        sure = (top2.values[:, 0] - top2.values[:, 1]) >= 0.1
+        margin = top2.values[:, 0] - top2.values[:, 1]
+        sure = {th: margin >= th for th in MARGINS}
         for n, (lg, t) in zip(names, rows):
             assert torch.equal(t, tgt)
             nll[n] += -float(lg.log_softmax(-1)[idx, tgt].sum())
             same = lg.argmax(-1) == ref_arg
-            agree[n] += int(same.sum())
-            agree_conf[n] += int((same & sure).sum())
+            for th in MARGINS:
+                agree[n][th] += int((same & sure[th]).sum())
         count += len(tgt)
-        conf += int(sure.sum())
+        for th in MARGINS:
+            sure_n[th] += int(sure[th].sum())
     assert count == len(ids) - 1
     out = {}
     for n in names:
         e = {"window": W, "tokens_scored": count, "nll_sum": nll[n], "nats_per_token": nll[n] / count,
              "nats_per_char": nll[n] / chars, "perplexity": math.exp(nll[n] / count)}
         if n != "f32":
-            e.update(top1_agreement=agree[n] / count, top1_agreement_margin_0_1=agree_conf[n] / max(1, conf),
-                     positions_margin_0_1=conf)
+            e.update(top1_agreement=agree[n][0.0] / count,
+                     top1_agreement_margin_0_1=agree[n][0.1] / max(1, sure_n[0.1]),
+                     positions_margin_0_1=sure_n[0.1],
+                     top1_agreement_by_margin={f">={th:g}": {"agreement": agree[n][th] / max(1, sure_n[th]),
+                                                              "positions": sure_n[th]} for th in MARGINS})
         out[n] = e
     return out
+
+
+MARGINS = (0.0, 0.1, 0.5, 1.0, 2.0)
+
+
+def quantized_copy_where(model, dtype: str, keep) -> torch.nn.Module:
+    """quantized_copy, with only the matrices whose name satisfies keep(name) quantized."""
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in q.named_parameters():
+            if p.dim() == 2 and keep(name):
+                p.copy_(base.fake_quantize(p.data, 1, dtype))
+    return q.eval()
+
+
+def default_model_figures(val_text: str) -> dict | None:
+    """The default GPT-2 (models/default) under the same fake quantization and measurement, for
+    comparison: its own definition (window 128, no BOS), f32 / q8 / q4 nats/char and top-1."""
+    d = REPO / "models" / "default"
+    if not (d / "model.safetensors").exists():
+        return None
+    from transformers import GPT2LMHeadModel
+
+    g = GPT2LMHeadModel.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+    ids = base.encode(base.load_tokenizer(d), val_text)
+    models = {"f32": g}
+    for dt in ("q8", "q4"):
+        q = copy.deepcopy(g)
+        with torch.no_grad():
+            for p, axis in base.quantized_matrices(q):
+                p.copy_(base.fake_quantize(p.data, axis, dt))
+        models[dt] = q.eval()
+    return evaluate(models, ids, g.config.n_positions, len(val_text))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -552,6 +595,13 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
       f"still give the random initialisation a weight of {100 * 0.999 ** t['steps']:.1f}% (0.998: "
       f"{100 * 0.998 ** t['steps']:.2f}%), so the decay was lowered before training"
       + (f"; {ema_cmp} is logged beside it (`val ema…` in `training.log`)" if ema_cmp else "") + ".")
+    last_full = next((r["val_nats_per_char"] for r in reversed(t["log"]) if "val_nats_per_char" in r), None)
+    if last_full and len(last_full) > 2:
+        a("  At the last step, the whole `val.txt` (window " + str(t["seq_len"]) + "): " + ", ".join(
+            f"{'the last step' if k == 'last' else 'the average with decay ' + k[3:]} {v:.4f}"
+            for k, v in last_full.items()) + " nats/char. The decay was fixed before training and "
+          "is not chosen on `val.txt` afterwards; `--ema` sets it (the run is deterministic, so "
+          "another decay gives the same training and ships that average).")
     epochs = t["tokens_seen"] / ref["data"]["train_tokens"]
     a(f"- **{t['steps']} steps** (a fixed count, so a rerun gives the same model), "
       f"{fmt(t['tokens_seen'])} tokens seen (~{epochs:.1f} epochs). The count was set from a 300-step "
@@ -610,6 +660,35 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
       f"training, as the default's e19). The `host perplexity` window defaults to the blob's n_ctx "
       f"({cfg.max_position_embeddings}); `--ctx {BOARD_CTX}` gives the default's window.\n")
 
+    a("## What quantization costs (transformers, fake-quantized weights)\n")
+    e8, e4 = ev["q8"], ev["q4"]
+    a(f"At window {ev['f32']['window']}: q8 {100 * (e8['nats_per_char'] / ev['f32']['nats_per_char'] - 1):+.2f}% "
+      f"nats/char, q4 {100 * (e4['nats_per_char'] / ev['f32']['nats_per_char'] - 1):+.2f}%. Where q4's cost "
+      "comes from (only those matrices quantized, the rest f32):\n")
+    a("| q4 on | nats / character | vs f32 | top-1 = f32 |\n|---|---:|---:|---:|")
+    for k, name in (("q4_embedding_only", "the tied embedding/head only"), ("q4_layers_only", "the layers' matrices only"),
+                    ("q4", "every matrix")):
+        e = ev[k]
+        a(f"| {name} | {e['nats_per_char']:.4f} | {100 * (e['nats_per_char'] / ev['f32']['nats_per_char'] - 1):+.2f}% | "
+          f"{100 * e['top1_agreement']:.2f}% |")
+    a("\nTop-1 agreement with f32 by f32's own margin (top logit minus runner-up) at each position: a "
+      "flip where f32 is nearly tied costs almost nothing in nats, which is how q4 can change "
+      f"{100 * (1 - e4['top1_agreement']):.0f}% of the argmaxes for "
+      f"{100 * (e4['nats_per_char'] / ev['f32']['nats_per_char'] - 1):+.1f}% nats/char.\n")
+    a("| f32's margin | positions | q8 | q4 |\n|---|---:|---:|---:|")
+    for m_ in e8["top1_agreement_by_margin"]:
+        b8, b4 = e8["top1_agreement_by_margin"][m_], e4["top1_agreement_by_margin"][m_]
+        a(f"| {m_.replace('>=', '≥ ')} | {fmt(b8['positions'])} | {100 * b8['agreement']:.2f}% | {100 * b4['agreement']:.2f}% |")
+    dg = ref.get("default_gpt2_same_measurement")
+    if dg:
+        a(f"\nThe default GPT-2 (`models/default`, its checkpoint with T = 1.13 folded in), measured by "
+          f"this script the same way (its definition: window 128, no BOS): f32 {dg['f32']['nats_per_char']:.4f}, "
+          f"q8 {dg['q8']['nats_per_char']:.4f} ({100 * (dg['q8']['nats_per_char'] / dg['f32']['nats_per_char'] - 1):+.2f}%, "
+          f"top-1 {100 * dg['q8']['top1_agreement']:.2f}%, {100 * dg['q8']['top1_agreement_margin_0_1']:.2f}% at "
+          f"margin ≥ 0.1), q4 {dg['q4']['nats_per_char']:.4f} "
+          f"({100 * (dg['q4']['nats_per_char'] / dg['f32']['nats_per_char'] - 1):+.2f}%, top-1 "
+          f"{100 * dg['q4']['top1_agreement']:.2f}%, {100 * dg['q4']['top1_agreement_margin_0_1']:.2f}% at margin ≥ 0.1).\n")
+
     a("## Reference outputs (`reference/`)\n")
     g = ref["greedy"]
     a(f"- Prompt `{PROMPT!r}` as `[BOS] + sp.encode(prompt)`: ids `{g['prompt_ids']}` "
@@ -622,13 +701,15 @@ def write_card(out: Path, args, cfg, bud, ref, data_info, val_rel: str):
       "validation figure above, the budget, the tokenizer's figures and the training log.\n")
     a(f"Greedy, f32 (min margin {g['min_margin']:.4f}; "
       f"{'stops at EOS' if 2 in g['new_ids'] else 'no EOS'}):\n")
-    a("```text\n" + PROMPT + g["text"] + "\n```\n")
+    a("```text\n" + g["full_text"] + "\n```\n")
+    a(f"(The first new pieces are `{g['new_pieces'][0]}` `{g['new_pieces'][1]}`: the continuation starts "
+      "with two spaces.)\n" if g["new_pieces"][:1] == ["\u2581"] else "")
     for dt in ("q8", "q4"):
         gq = ref["greedy_quantized"][dt]
         same = gq["new_ids"] == g["new_ids"]
         first = next((i for i, (x, y) in enumerate(zip(gq["new_ids"], g["new_ids"])) if x != y), None)
         a(f"Greedy, fake-{dt}: " + ("the same 48 tokens." if same else
-                                   f"the same for {first} tokens, then:\n\n```text\n{PROMPT}{gq['text']}\n```") + "\n")
+                                   f"the same for {first} token{'' if first == 1 else 's'}, then:\n\n```text\n{PROMPT}{gq['text']}\n```") + "\n")
 
     a("## Retrain\n")
     a("```sh\n.venv/bin/python scripts/train_llama_model.py\n```\n")
@@ -684,7 +765,17 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=FINAL["threads"])
     ap.add_argument("--over-budget", action="store_true", help="train even if the shape misses the budget")
+    ap.add_argument("--card-only", action="store_true",
+                    help="no training: rewrite MODEL_CARD.md in --out from its config.json and reference/reference.json")
     args = ap.parse_args()
+
+    if args.card_only:
+        from transformers import AutoConfig
+
+        ref = json.loads((args.out / "reference" / "reference.json").read_text(encoding="utf-8"))
+        write_card(args.out, args, AutoConfig.from_pretrained(args.out), ref["budget"], ref, ref["data"], ref["val_file"])
+        print(f"[card] rewrote {args.out / 'MODEL_CARD.md'} from reference.json", flush=True)
+        return
 
     t_script = time.time()
     torch.set_num_threads(args.threads)
@@ -767,6 +858,7 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params == bud["total_params"], (n_params, bud["total_params"])
     model.config.use_cache = True
+    model.generation_config.use_cache = True
     model.save_pretrained(out)
     saved = sorted(p.name for p in out.iterdir() if p.is_file())
     log(f"[save] {out}: {saved}")
@@ -803,6 +895,24 @@ def main():
                  f"where f32's margin >= 0.1)") if "top1_agreement" in e else ""
         log(f"[eval] {k}: {e['nats_per_token']:.4f} nats/token, {e['nats_per_char']:.4f} nats/char, ppl "
             f"{e['perplexity']:.2f} (window {e['window']}){extra}")
+    # where q4's cost comes from: only the tied embedding/head, or only the layers' matrices
+    q4_parts = {"f32": model,
+                "q4_embedding_only": quantized_copy_where(model, "q4", lambda n: "embed_tokens" in n),
+                "q4_layers_only": quantized_copy_where(model, "q4", lambda n: "embed_tokens" not in n)}
+    for k, e in evaluate(q4_parts, eval_ids, config.max_position_embeddings, len(val_text)).items():
+        if k != "f32":
+            evals[k] = e
+            log(f"[eval] {k}: {e['nats_per_char']:.4f} nats/char, top-1 = f32 {100 * e['top1_agreement']:.2f}% "
+                f"(window {e['window']})")
+    for k in ("q8", "q4"):
+        log(f"[eval] {k} top-1 = f32 by f32's margin: " + ", ".join(
+            f"{m_}: {100 * v['agreement']:.2f}% of {v['positions']}" for m_, v in evals[k]["top1_agreement_by_margin"].items()))
+    default_figs = default_model_figures(val_text)
+    if default_figs:
+        log("[eval] the default GPT-2, same measurement (window 128, no BOS): " + ", ".join(
+            f"{k} {e['nats_per_char']:.4f}" + (f" (top-1 {100 * e['top1_agreement']:.2f}%, "
+                                               f"{100 * e['top1_agreement_margin_0_1']:.2f}% at margin >= 0.1)"
+                                               if "top1_agreement" in e else "") for k, e in default_figs.items()))
     log(f"[eval] {time.time() - t_eval:.0f}s")
 
     # ---- reference outputs
@@ -812,8 +922,12 @@ def main():
 
     def greedy(m):
         new, margin = base.greedy(m, prompt_ids, GREEDY_TOKENS, config.max_position_embeddings)
-        return {"new_ids": new, "text": sp.decode(new), "min_margin": margin,
-                "full_text": sp.decode(prompt_ids + new)}
+        # the continuation's text as it follows the prompt (sp.decode(new) alone would drop the
+        # leading space of its first piece, as sentencepiece does at the start of a text)
+        full, head = sp.decode(prompt_ids + new), sp.decode(prompt_ids)
+        assert full.startswith(head) and head == PROMPT
+        return {"new_ids": new, "new_pieces": [sp.id_to_piece(i) for i in new], "text": full[len(head):],
+                "min_margin": margin, "full_text": full}
 
     g = greedy(model)
     log(f"[greedy] f32 {PROMPT!r} -> {g['text']!r} (min margin {g['min_margin']:.4f})")
@@ -838,6 +952,7 @@ def main():
                                "of the text, the first predicted from BOS), float64 accumulation",
         "val_nats_per_char_f32": evals["f32"]["nats_per_char"],
         "evals": evals,
+        "default_gpt2_same_measurement": default_figs,
         "quantization": "fake: every 2-D weight (embedding/tied head, q/k/v/o, gate/up/down) quantized and "
                         "dequantized per group of 32 along its row (symmetric, round half away from zero: "
                         "train_default_model.fake_quantize); RMSNorm gains f32; activations f32",

@@ -98,10 +98,9 @@ pub fn measure(hf_dir: &Path, text: &str, window: Option<usize>, max_tokens: usi
     let base_conv = convert(hf_dir, &ConvertOptions { group, ..ConvertOptions::default() })?;
     let base = BlobFile::from_bytes(&base_conv.blob);
     let model = base.model()?;
-    let tok = model.tokenizer().context("the checkpoint has no tokenizer (vocab.json + merges.txt) to encode the text")?;
-    let mut ids = vec![0u32; text.len().max(1)];
-    let n = tok.encode(text, &mut ids)?;
-    ids.truncate(n.min(max_tokens));
+    let tok = model.tokenizer().context("the checkpoint has no tokenizer (vocab.json + merges.txt, tokenizer.json or tokenizer.model) to encode the text")?;
+    let mut ids = encode(tok, text)?;
+    ids.truncate(max_tokens);
     let window = window.unwrap_or(model.config().n_ctx()).min(model.config().n_ctx());
     let (ref_rows, targets) = scored_logits(&base, &ids, window, KvDType::F32)?;
     let ref_lsm: Vec<Vec<f64>> = ref_rows.iter().map(|l| log_softmax(l)).collect();
@@ -231,11 +230,13 @@ pub fn measure_pruning(hf_dir: &Path, text: &str, keep: &crate::prune::KeepVocab
     Ok(rows)
 }
 
+/// The text's ids after the tokenizer's prompt prefix (BOS for a SentencePiece tokenizer with
+/// add_bos_token), as `host perplexity` encodes a file.
 fn encode(tok: &runtime::tokenizer::Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
-    let mut ids = vec![0u32; text.len().max(1)];
+    let mut ids = vec![0u32; tok.max_encoded_len(text.len()).max(1)];
     let n = tok.encode(text, &mut ids)?;
     ids.truncate(n);
-    Ok(ids)
+    Ok(tok.prompt_prefix().into_iter().chain(ids).collect())
 }
 
 fn score(name: &str, model: &runtime::Model<'_>, ids: &[u32], same_encoding: bool, blob_bytes: usize, window: usize) -> Result<PruneRow> {
