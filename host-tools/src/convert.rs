@@ -56,11 +56,13 @@ pub struct ConvertOptions {
     pub keep_f32: Vec<String>,
     /// `--keep-vocab FILE [--vocab-size N]`: prune the vocabulary to what FILE needs.
     pub keep_vocab: Option<KeepVocab>,
+    /// `--no-tokenizer`: leave the checkpoint's tokenizer out (the blob then takes token ids).
+    pub no_tokenizer: bool,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        Self { dtype: WeightDType::F32, ctx: None, progress: false, source_name: None, group: 32, keep_f32: Vec::new(), keep_vocab: None }
+        Self { dtype: WeightDType::F32, ctx: None, progress: false, source_name: None, group: 32, keep_f32: Vec::new(), keep_vocab: None, no_tokenizer: false }
     }
 }
 
@@ -268,8 +270,9 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     let (c, v) = (config.n_embd(), config.vocab_size());
 
     // The tokenizer, and with --keep-vocab the kept tokens (which decide wte's rows).
-    let found = crate::tokenizer_pack::tokenizer_from_dir(dir)?;
-    let full_section = found.as_ref().map(|t| t.section()).transpose()?;
+    let hint = |e: anyhow::Error| anyhow::anyhow!("{e:#} (pass --no-tokenizer to convert the weights without it)");
+    let found = if opts.no_tokenizer { None } else { crate::tokenizer_pack::tokenizer_from_dir(dir).map_err(hint)? };
+    let full_section = found.as_ref().map(|t| t.section()).transpose().map_err(hint)?;
     let mut pruning = None;
     let tokenizer = match (&opts.keep_vocab, &found, &full_section) {
         (None, _, section) => section.clone(),

@@ -73,6 +73,10 @@ enum Cmd {
         /// tokens, specials and the merge closure come on top of N; the total is printed).
         #[arg(long, value_name = "N", requires = "keep_vocab")]
         vocab_size: Option<usize>,
+        /// Leave the checkpoint's tokenizer out (one the runtime cannot reproduce, such as a
+        /// SentencePiece model with an NFKC normaliser): the blob then takes token ids.
+        #[arg(long, conflicts_with = "keep_vocab")]
+        no_tokenizer: bool,
     },
     /// Print a blob's config, tensor table, bytes per section and checksum status.
     Inspect {
@@ -206,14 +210,14 @@ enum Cmd {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Convert { hf_dir, out, dtype, ctx, group, keep_f32, keep_vocab, vocab_size } => {
+        Cmd::Convert { hf_dir, out, dtype, ctx, group, keep_f32, keep_vocab, vocab_size, no_tokenizer } => {
             const NAMES: [&str; 7] = ["wte", "wpe", "lm_head", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"];
             if let Some(bad) = keep_f32.iter().find(|k| !NAMES.contains(&k.as_str())) {
                 anyhow::bail!("--keep-f32 {bad:?}: expected some of {}", NAMES.join(", "));
             }
             let keep_vocab = keep_vocab.map(|f| read_keep_vocab(&f, vocab_size)).transpose()?;
             let origin = keep_vocab.as_ref().map(|k| k.origin.clone());
-            let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None, group, keep_f32, keep_vocab };
+            let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None, group, keep_f32, keep_vocab, no_tokenizer };
             let conv = convert(&hf_dir, &opts)?;
             for note in &conv.notes {
                 eprintln!("note: {note}");

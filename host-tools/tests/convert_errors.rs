@@ -263,3 +263,25 @@ fn missing_and_mis_shaped_gpt_neo_tensors() {
     });
     assert_says(&error(&dir), &["tensor transformer.h.3.attn.attention.out_proj.bias has shape [15], expected [16]"]);
 }
+
+/// A tokenizer the runtime cannot reproduce (a SentencePiece model with an NFKC normaliser, as
+/// sentencepiece trains by default) stops the conversion with the reason and the way out;
+/// `--no-tokenizer` converts the weights alone.
+#[test]
+fn an_unsupported_tokenizer_is_named_and_can_be_left_out() {
+    // 400 tokens: `random` trains a SentencePiece tokenizer of that size beside the weights
+    let dir = Scratch(std::env::temp_dir().join(format!("host-tools-convert-errors-{}-nfkc", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    write_random(&dir, RandomShape::llama(2, 32, 4, 2, 48, 400, 16), 7).unwrap();
+    let path = dir.join("tokenizer.model");
+    let mut model = host_tools::sp_model::SpModel::parse(&std::fs::read(&path).unwrap()).unwrap();
+    // sentencepiece normalises through its precompiled character map; the name is a label
+    model.normalizer.name = "nmt_nfkc".into();
+    model.normalizer.precompiled_charsmap = vec![0; 64];
+    std::fs::write(&path, model.to_bytes()).unwrap();
+    assert_says(&error(&dir), &["tokenizer.model", "\"nmt_nfkc\"", "only the identity normalizer", "--no-tokenizer"]);
+    let conv = convert(&dir, &ConvertOptions { no_tokenizer: true, ..ConvertOptions::default() }).unwrap();
+    assert!(!conv.has_tokenizer);
+    let file = host_tools::blob_file::BlobFile::from_bytes(&conv.blob);
+    assert!(file.model().unwrap().tokenizer().is_none());
+}
