@@ -324,11 +324,16 @@ pub fn run(model: &Model<'_>, opts: &TraceOptions) -> Result<Trace> {
     Ok(Trace { tokens, n_prompt: opts.prompt.len(), rec, kv_steps, capacity, opts: opts.clone() })
 }
 
-/// The text of a token (lossy UTF-8: a token may hold part of a character), or `#id`.
+/// The text of a token (lossy UTF-8: a token may hold part of a character), `<s>` / `</s>` for
+/// a SentencePiece BOS / EOS (which print nothing), or `#id`.
 pub fn token_text(model: &Model<'_>, id: u32) -> String {
-    match model.tokenizer().and_then(|t| t.token_bytes(id)) {
-        Some(b) => String::from_utf8_lossy(b).into_owned(),
-        None => format!("#{id}"),
+    let tok = model.tokenizer();
+    match tok.and_then(|t| t.token_bytes(id)) {
+        Some(b) if !b.is_empty() => String::from_utf8_lossy(b).into_owned(),
+        // a control piece prints nothing (SentencePiece's <s>, </s>): show which one it is
+        Some(_) if tok.and_then(|t| t.bos_id()) == Some(id) => "<s>".into(),
+        Some(_) if tok.and_then(|t| t.eos_id()) == Some(id) => "</s>".into(),
+        Some(_) | None => format!("#{id}"),
     }
 }
 
