@@ -122,3 +122,43 @@ pub fn assert_close(what: &str, ours: &[f32], reference: &[f32], cols: usize, to
         );
     }
 }
+
+/// The logits after every token of `tokens`, through one session of the model's full context
+/// with prefill batches of `batch` (`[tokens, V]`, row-major).
+pub fn logits_after_each(model: &runtime::Model<'_>, tokens: &[u32], batch: usize) -> Vec<f32> {
+    let cfg = model.config();
+    let sizes = runtime::SessionSizes::new(cfg, cfg.n_ctx(), batch);
+    let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+    let mut s = runtime::Session::new(model, &mut arena, &mut kv, cfg.n_ctx()).unwrap();
+    let v = cfg.vocab_size();
+    let mut out = vec![0.0; tokens.len() * v];
+    s.prefill_each(tokens, |i, l| out[i * v..(i + 1) * v].copy_from_slice(l)).unwrap();
+    out
+}
+
+/// Top-1 agreement of `other` with `base` over `ids`, window by window of `w` tokens:
+/// ((agreeing, positions), (agreeing, positions where `base` is decided, its top logit ahead of
+/// the runner-up by ≥ `host_tools::accuracy::DECIDED_MARGIN`)).
+pub fn top1_agreement(base: &runtime::Model<'_>, other: &runtime::Model<'_>, ids: &[u32], w: usize) -> ((usize, usize), (usize, usize)) {
+    use host_tools::accuracy::{argmax, top_margin, DECIDED_MARGIN};
+    let (mut all, mut decided) = ((0, 0), (0, 0));
+    for chunk in ids.chunks(w) {
+        let run = |m: &runtime::Model<'_>| {
+            let sizes = runtime::SessionSizes::new(m.config(), w, 32);
+            let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
+            let mut s = runtime::Session::new(m, &mut arena, &mut kv, w).unwrap();
+            let mut top = Vec::new();
+            s.prefill_each(chunk, |_, l| top.push((argmax(l), top_margin(l)))).unwrap();
+            top
+        };
+        for ((x, margin), (y, _)) in run(base).iter().zip(&run(other)) {
+            all.0 += usize::from(x == y);
+            all.1 += 1;
+            if *margin >= DECIDED_MARGIN {
+                decided.0 += usize::from(x == y);
+                decided.1 += 1;
+            }
+        }
+    }
+    (all, decided)
+}

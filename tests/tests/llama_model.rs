@@ -124,26 +124,7 @@ fn q8_weights_and_int8_kv_meet_the_accuracy_bars() {
     let kv8 = host_tools::eval::perplexity(&m32, &ids, w, KvDType::I8).unwrap().perplexity();
     assert!(q8 / base - 1.0 < 0.01, "q8 perplexity {q8} vs f32 {base}");
     assert!((kv8 / base - 1.0).abs() < 0.005, "int8 KV perplexity {kv8} vs f32 {base}");
-    let cfg = m32.config();
-    let (mut agree, mut decided) = ((0usize, 0usize), (0usize, 0usize));
-    for chunk in ids.chunks(w) {
-        let run = |m: &runtime::Model<'_>| {
-            let sizes = SessionSizes::new(cfg, w, 32);
-            let (mut arena, mut kv) = (vec![0.0; sizes.arena_len], vec![0.0; sizes.kv_len]);
-            let mut s = Session::new(m, &mut arena, &mut kv, w).unwrap();
-            let mut top = Vec::new();
-            s.prefill_each(chunk, |_, l| top.push((host_tools::accuracy::argmax(l), host_tools::accuracy::top_margin(l)))).unwrap();
-            top
-        };
-        for ((x, margin), (y, _)) in run(&m32).iter().zip(&run(&m8)) {
-            agree.0 += usize::from(x == y);
-            agree.1 += 1;
-            if *margin >= host_tools::accuracy::DECIDED_MARGIN {
-                decided.0 += usize::from(x == y);
-                decided.1 += 1;
-            }
-        }
-    }
+    let (agree, decided) = top1_agreement(&m32, &m8, &ids, w);
     let (frac, frac_decided) = (agree.0 as f64 / agree.1 as f64, decided.0 as f64 / decided.1.max(1) as f64);
     println!("q8 top-1 agreement {frac:.4} over {} positions; {frac_decided:.4} over the {} where f32 is decided", agree.1, decided.1);
     assert!(frac >= 0.90, "q8 top-1 agreement {frac} over {} positions", agree.1);
