@@ -233,10 +233,10 @@ pub fn measure_pruning(hf_dir: &Path, text: &str, keep: &crate::prune::KeepVocab
 /// The text's ids after the tokenizer's prompt prefix (BOS for a SentencePiece tokenizer with
 /// add_bos_token), as `host perplexity` encodes a file.
 fn encode(tok: &runtime::tokenizer::Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
-    let mut ids = vec![0u32; tok.max_encoded_len(text.len()).max(1)];
-    let n = tok.encode(text, &mut ids)?;
+    let mut ids = vec![0u32; tok.max_encoded_len(text.len()) + 1];
+    let n = tok.encode_prompt(text, &mut ids)?;
     ids.truncate(n);
-    Ok(tok.prompt_prefix().into_iter().chain(ids).collect())
+    Ok(ids)
 }
 
 fn score(name: &str, model: &runtime::Model<'_>, ids: &[u32], same_encoding: bool, blob_bytes: usize, window: usize) -> Result<PruneRow> {

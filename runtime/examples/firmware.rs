@@ -56,12 +56,8 @@ pub fn tell(
     let mut session = Session::with_kv_dtype(&model, arena, kv, CAPACITY, KvDType::I8)?;
     let tok = model.tokenizer().ok_or(Error::NoTokenizer)?;
     // a SentencePiece (Llama) tokenizer starts a prompt with BOS; GPT-2's has no prefix
-    let mut ids = [0u32; 65];
-    let start = usize::from(tok.prompt_prefix().is_some());
-    if let (Some(bos), Some(slot)) = (tok.prompt_prefix(), ids.first_mut()) {
-        *slot = bos;
-    }
-    let n = start + tok.encode(prompt, ids.get_mut(start..).unwrap_or(&mut []))?;
+    let mut ids = [0u32; 66];
+    let n = tok.encode_prompt(prompt, &mut ids)?;
     let settings = SamplerConfig { temperature: 0.8, top_k: 40, top_p: 0.95, repetition_penalty: 1.0, seed: 42 };
     let mut sampler = Sampler::<40>::new(settings)?; // 40 candidates: 640 bytes
     let opts = GenerateOptions { max_tokens: 48, stop_at_eos: true, context_shift: false };

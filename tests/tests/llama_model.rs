@@ -50,10 +50,9 @@ fn prompt_logits_greedy_ids_and_text_match_transformers() {
     let model = b.model().unwrap();
     let tok = model.tokenizer().expect("models/llama converts with its tokenizer");
     let text = r["prompt"].as_str().unwrap();
-    let mut enc = vec![0u32; tok.max_encoded_len(text.len())];
-    let n = tok.encode(text, &mut enc).unwrap();
-    let with_bos: Vec<u32> = tok.prompt_prefix().into_iter().chain(enc[..n].iter().copied()).collect();
-    assert_eq!(with_bos, prompt, "BOS + sp.encode({text:?})");
+    let mut enc = vec![0u32; tok.max_encoded_len(text.len()) + 1];
+    let n = tok.encode_prompt(text, &mut enc).unwrap();
+    assert_eq!(&enc[..n], &prompt[..], "BOS + sp.encode({text:?})");
     // logits at every prompt position
     let (rows, cols, want) = host_tools::npy::read_f32(&dir().join("reference").join(r["prompt_logits_file"].as_str().unwrap())).map(|(s, d)| (s[0] as usize, s[1] as usize, d)).unwrap();
     assert_eq!(rows, prompt.len());
@@ -88,9 +87,10 @@ fn prompt_logits_greedy_ids_and_text_match_transformers() {
 fn val_ids(model: &runtime::Model<'_>) -> Vec<u32> {
     let text = std::fs::read_to_string(workspace_root().join("models/default/val.txt")).unwrap();
     let tok = model.tokenizer().unwrap();
-    let mut out = vec![0u32; tok.max_encoded_len(text.len())];
-    let n = tok.encode(&text, &mut out).unwrap();
-    tok.prompt_prefix().into_iter().chain(out[..n].iter().copied()).collect()
+    let mut out = vec![0u32; tok.max_encoded_len(text.len()) + 1];
+    let n = tok.encode_prompt(&text, &mut out).unwrap();
+    out.truncate(n);
+    out
 }
 
 /// `host perplexity`'s computation over the whole validation text (BOS first) reproduces

@@ -597,5 +597,10 @@ fn the_llama_fixture_converts_with_its_sentencepiece_tokenizer() {
         let mut out = vec![0u32; tok.max_encoded_len(text.len())];
         let n = tok.encode(text, &mut out).unwrap();
         assert_eq!(&out[..n], reference_tests::ids(want).as_slice(), "{text:?}");
+        // as a prompt: BOS, then the same ids
+        let mut prompt = vec![0u32; tok.max_encoded_len(text.len()) + 1];
+        let m = tok.encode_prompt(text, &mut prompt).unwrap();
+        assert_eq!((m, prompt[0], &prompt[1..m]), (n + 1, 1, &out[..n]), "{text:?} as a prompt");
     }
+    assert_eq!(tok.encode_prompt("a", &mut []), Err(runtime::Error::BufferTooSmall { needed: 1, available: 0 }));
 }

@@ -346,9 +346,8 @@ impl<'a, const K: usize> Console<'a, K> {
     /// A prompt outside chat mode: a new sequence, as `host --prompt` runs it.
     fn reply<W: Write>(&mut self, prompt: &str, out: &mut Out<'_, W>, meter: &impl Meter) {
         // after BOS where the tokenizer says (a SentencePiece one with add_bos_token)
-        let head = bos_head(self.tok, &mut self.tokens, 0);
-        let n = match self.tok.encode(prompt, self.tokens.get_mut(head..).unwrap_or(&mut [])) {
-            Ok(n) => n + head,
+        let n = match self.tok.encode_prompt(prompt, &mut self.tokens) {
+            Ok(n) => n,
             Err(e) => return error(out, e),
         };
         let capacity = self.session.capacity();
@@ -384,8 +383,9 @@ impl<'a, const K: usize> Console<'a, K> {
         if let (Some(p), Some(slot)) = (self.pending, self.tokens.first_mut()) {
             *slot = p;
         }
-        let head = if self.turns == 0 && self.session.pos() == 0 { bos_head(self.tok, &mut self.tokens, head) } else { head };
-        let n = match self.tok.encode(text, self.tokens.get_mut(head..).unwrap_or(&mut [])) {
+        let rest = self.tokens.get_mut(head..).unwrap_or(&mut []);
+        let encoded = if self.turns == 0 && self.session.pos() == 0 { self.tok.encode_prompt(text, rest) } else { self.tok.encode(text, rest) };
+        let n = match encoded {
             Ok(n) => n + head,
             Err(e) => return error(out, e),
         };
@@ -747,17 +747,5 @@ impl<W: Write> fmt::Write for Out<'_, W> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.str(s);
         Ok(())
-    }
-}
-
-/// Puts the tokenizer's prompt prefix (BOS, for a SentencePiece tokenizer with add_bos_token)
-/// at `tokens[at]` and returns where the text's ids go.
-fn bos_head(tok: &Tokenizer<'_>, tokens: &mut [u32], at: usize) -> usize {
-    match (tok.prompt_prefix(), tokens.get_mut(at)) {
-        (Some(bos), Some(slot)) => {
-            *slot = bos;
-            at + 1
-        }
-        _ => at,
     }
 }

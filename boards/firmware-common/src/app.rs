@@ -168,15 +168,8 @@ fn generate_and_report<P: Platform>(
     let (prompt, encode_ticks) = match tok {
         Some(tok) => {
             let t = now();
-            let head = match tok.prompt_prefix() {
-                Some(bos) => {
-                    prompt_buf[0] = bos;
-                    1
-                }
-                None => 0,
-            };
-            let n = tok.encode(PROMPT, &mut prompt_buf[head..])?;
-            (&prompt_buf[..head + n], Some(now() - t))
+            let n = tok.encode_prompt(PROMPT, &mut prompt_buf)?;
+            (&prompt_buf[..n], Some(now() - t))
         }
         None => {
             for (slot, &id) in prompt_buf.iter_mut().zip(&FALLBACK_PROMPT_IDS) {

@@ -347,11 +347,13 @@ fn tokenizer<'m>(model: &'m Model<'_>) -> Result<&'m Tokenizer<'m>> {
     model.tokenizer().context("this blob has no tokenizer; pass token ids with --ids")
 }
 
-/// `text` as a prompt: the tokenizer's prompt prefix (BOS, for a SentencePiece tokenizer with
-/// add_bos_token, as transformers' `tokenizer(text)` gives it), then its ids. What `host
-/// --prompt`, `host trace --prompt`, `perplexity` and the firmware run.
+/// `text` as a prompt ([`Tokenizer::encode_prompt`]: BOS first where the tokenizer says): what
+/// `host --prompt`, `host trace --prompt`, `perplexity` and the firmware run.
 fn encode_prompt(tok: &Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {
-    Ok(tok.prompt_prefix().into_iter().chain(encode(tok, text)?).collect())
+    let mut ids = vec![0u32; tok.max_encoded_len(text.len()) + 1];
+    let n = tok.encode_prompt(text, &mut ids)?;
+    ids.truncate(n);
+    Ok(ids)
 }
 
 fn encode(tok: &Tokenizer<'_>, text: &str) -> Result<Vec<u32>> {

@@ -137,6 +137,24 @@ impl<'a> Tokenizer<'a> {
         }
     }
 
+    /// Encodes `text` as a prompt: the [`prompt_prefix`](Self::prompt_prefix) (BOS, for a
+    /// SentencePiece tokenizer with add_bos_token, as transformers' `tokenizer(text)` gives it),
+    /// then the text's ids; returns the number of ids written. `out.len() >= 1 +
+    /// max_encoded_len(text.len())` always suffices. The one place a prompt gets its BOS: `host`,
+    /// the firmware and the console call it.
+    pub fn encode_prompt(&self, text: &str, out: &mut [u32]) -> Result<usize, Error> {
+        let head = match (self.prompt_prefix(), out.first_mut()) {
+            (Some(bos), Some(slot)) => {
+                *slot = bos;
+                1
+            }
+            (Some(_), None) => return Err(Error::BufferTooSmall { needed: 1, available: 0 }),
+            (None, _) => 0,
+        };
+        let n = self.encode(text, out.get_mut(head..).unwrap_or(&mut []))?;
+        Ok(head + n)
+    }
+
     /// An `out.len()` for [`encode`](Self::encode) that always suffices for a text of
     /// `text_bytes` bytes: `text_bytes` for byte-level BPE, `text_bytes + 1` for SentencePiece
     /// (its dummy prefix).
