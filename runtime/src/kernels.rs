@@ -304,17 +304,24 @@ fn linear_par_rows(par: &dyn Parallel, threads: usize, out: &mut [f32], x: &[f32
 /// function: the same bits whatever the split). Prefill's MLP hidden layer is `[T, n_inner]`;
 /// below [`PARALLEL_MIN_MACS`] values it stays on one thread.
 pub fn activate_par(par: Option<&dyn Parallel>, x: &mut [f32], width: usize, act: crate::config::Activation) {
+    by_rows_par(par, x, width, &|rows| activate(rows, act));
+}
+
+/// Runs `f` over `x` split into whole rows of `width` values across `par`'s threads (one part
+/// a thread; the whole of `x` at once on one thread or below [`PARALLEL_MIN_MACS`] / 4 values).
+/// For element-wise and row-wise work, whose bits do not depend on the split.
+fn by_rows_par(par: Option<&dyn Parallel>, x: &mut [f32], width: usize, f: &(dyn Fn(&mut [f32]) + Sync)) {
     // threads exist on the desktop only: without `std` the split is compiled out of the firmware
     let threads = if cfg!(feature = "std") { par.map_or(1, |p| p.threads()) } else { 1 };
     let rows = x.len() / width.max(1);
     let (Some(par), true) = (par, threads > 1 && rows >= threads && x.len() >= PARALLEL_MIN_MACS / 4) else {
-        return activate(x, act);
+        return f(x);
     };
     let per = rows.div_ceil(threads) * width;
     let shared = Shared::new(x);
     par.run(threads, &|i| {
         // SAFETY: task i alone takes values i·per..(i+1)·per (clamped to the buffer).
-        activate(unsafe { shared.range(i * per, (i + 1) * per) }, act);
+        f(unsafe { shared.range(i * per, (i + 1) * per) });
     });
 }
 
@@ -1323,17 +1330,23 @@ pub fn norm(kind: Norm, out: &mut [f32], x: &[f32], w: &NormWeights<'_>, eps: f3
     }
 }
 
-/// The rotation angles of position `pos` for RoPE (Hugging Face's `LlamaRotaryEmbedding` with
-/// the default rope type): `cos[i] = cos(pos · f_i)`, `sin[i] = sin(pos · f_i)`, with
-/// `f_i = 1 / θ^(2i/D)` and D = 2·`cos.len()`. Computed as transformers computes them in f32
-/// (the exponent `(2i)/D` rounded to f32, then `powf`, the reciprocal, the product with the
-/// position), with `libm`, so every target gets the same bits.
-pub fn rope_angles(pos: usize, theta: f32, cos: &mut [f32], sin: &mut [f32]) {
-    let d = (2 * cos.len().min(sin.len())) as f32;
-    let p = pos as f32;
-    for (i, (c, s)) in cos.iter_mut().zip(sin.iter_mut()).enumerate() {
-        let inv_freq = 1.0 / libm::powf(theta, (2 * i) as f32 / d);
-        (*s, *c) = libm::sincosf(p * inv_freq);
+/// The rotation angles of positions `p0`, `p0 + 1`, … for RoPE (Hugging Face's
+/// `LlamaRotaryEmbedding` with the default rope type), one row of `rows` (`[T, D]`) a position:
+/// `cos | sin`, D/2 each, `cos[i] = cos(p · f_i)` and `sin[i] = sin(p · f_i)` with
+/// `f_i = 1 / θ^(2i/D)`. Computed as transformers computes them in f32 (the exponent `(2i)/D`
+/// rounded to f32, then `powf`, the reciprocal, the product with the position), with `libm`, so
+/// every target gets the same bits; each `f_i` once for all the rows.
+pub fn rope_angles(p0: usize, theta: f32, d: usize, rows: &mut [f32]) {
+    let half = d / 2;
+    for i in 0..half {
+        let inv_freq = 1.0 / libm::powf(theta, (2 * i) as f32 / d as f32);
+        for (t, row) in rows.chunks_exact_mut(d).enumerate() {
+            let (s, c) = libm::sincosf((p0 + t) as f32 * inv_freq);
+            let (cos, sin) = row.split_at_mut(half);
+            if let (Some(cos), Some(sin)) = (cos.get_mut(i), sin.get_mut(i)) {
+                (*cos, *sin) = (c, s);
+            }
+        }
     }
 }
 
@@ -1382,26 +1395,15 @@ pub fn activate(x: &mut [f32], act: crate::config::Activation) {
 /// rows are moved down to be contiguous.
 pub fn gate_par(par: Option<&dyn Parallel>, x: &mut [f32], width: usize, act: crate::config::Activation) {
     let row = 2 * width;
-    let rows = x.len() / row.max(1);
-    let gate_rows = |x: &mut [f32]| {
-        for r in x.chunks_exact_mut(row) {
+    by_rows_par(par, x, row, &|rows| {
+        for r in rows.chunks_exact_mut(row) {
             let (gate, up) = r.split_at_mut(width);
             activate(gate, act);
             gate.iter_mut().zip(up.iter()).for_each(|(g, &u)| *g *= u);
         }
-    };
-    let threads = if cfg!(feature = "std") { par.map_or(1, |p| p.threads()) } else { 1 };
-    match par {
-        Some(par) if threads > 1 && rows >= threads && x.len() >= PARALLEL_MIN_MACS / 4 => {
-            let per = rows.div_ceil(threads) * row;
-            let shared = Shared::new(x);
-            // SAFETY: task i alone takes values i·per..(i+1)·per (clamped to the buffer).
-            par.run(threads, &|i| gate_rows(unsafe { shared.range(i * per, (i + 1) * per) }));
-        }
-        _ => gate_rows(x),
-    }
+    });
     // row t's result sits at t·2·width; row 0's is in place already
-    for t in 1..rows {
+    for t in 1..x.len() / row.max(1) {
         x.copy_within(t * row..t * row + width, t * width);
     }
 }
@@ -2426,10 +2428,11 @@ mod tests {
         let d = 16;
         let x: std::vec::Vec<f32> = (0..d).map(|i| (i as f32 * 0.7).sin() + 0.1).collect();
         for (pos, theta) in [(0usize, 10000.0f32), (1, 10000.0), (7, 10000.0), (511, 10000.0), (2047, 500000.0), (100, 1e6)] {
-            let (mut cos, mut sin) = (std::vec![0.0f32; d / 2], std::vec![0.0f32; d / 2]);
-            rope_angles(pos, theta, &mut cos, &mut sin);
+            let mut angles = std::vec![0.0f32; d];
+            rope_angles(pos, theta, d, &mut angles);
+            let (cos, sin) = angles.split_at(d / 2);
             let mut y = x.clone();
-            rope(&mut y, &cos, &sin);
+            rope(&mut y, cos, sin);
             let want = rope_ref(&x, pos, theta as f64);
             for (i, (&o, &r)) in y.iter().zip(&want).enumerate() {
                 // the angle is pos · f in f32: its rounding grows with the position

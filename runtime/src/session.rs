@@ -339,10 +339,7 @@ impl<'a> Session<'a> {
         }
         // RoPE: the angles of each token's position, once for all layers
         if let Positions::Rope { theta } = cfg.positions {
-            for (t, r) in rope.chunks_exact_mut(d).take(t_len).enumerate() {
-                let (cos, sin) = r.split_at_mut(d / 2);
-                kernels::rope_angles(p0 + t, theta, cos, sin);
-            }
+            kernels::rope_angles(p0, theta, d, rope.get_mut(..t_len * d).unwrap_or(&mut []));
         }
         let rope = rope.get(..t_len * row.rope).unwrap_or(&[]);
 

@@ -133,11 +133,12 @@ fn every_stage_is_the_arithmetic_it_names() {
                 // RoPE: rot_q / rot_k are q / k rotated by the position's angles
                 let (q_stage, k_stage) = if rope { (Stage::RotQ, Stage::RotK) } else { (Stage::Q, Stage::K) };
                 if let runtime::config::Positions::Rope { theta } = cfg.positions {
-                    let (mut cos, mut sin) = (vec![0.0; d / 2], vec![0.0; d / 2]);
-                    kernels::rope_angles(p, theta, &mut cos, &mut sin);
+                    let mut angles = vec![0.0; d];
+                    kernels::rope_angles(p, theta, d, &mut angles);
+                    let (cos, sin) = angles.split_at(d / 2);
                     for (stage, rot) in [(Stage::Q, Stage::RotQ), (Stage::K, Stage::RotK)] {
                         let mut r = row(stage, l, p).clone();
-                        r.chunks_exact_mut(d).for_each(|head| kernels::rope(head, &cos, &sin));
+                        r.chunks_exact_mut(d).for_each(|head| kernels::rope(head, cos, sin));
                         assert_eq!(bits(row(rot, l, p)), bits(&r), "{case}: {rot:?} l {l} p {p}");
                     }
                 }
