@@ -203,3 +203,42 @@ fn damaged_files_are_one_line_errors_with_the_numbers() {
     assert!(e.contains("holds 1000 tokens; the model's vocab_size is 512"), "{e}");
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 400, ..Default::default() })]
+
+    /// Any damage to a model.bin's first bytes (header, flag, group size, first values) or its
+    /// length, or to a tokenizer.bin: an error or a model, never a panic.
+    #[test]
+    fn damaged_files_never_panic(
+        version in 0usize..3,
+        edits in proptest::collection::vec((0usize..320, proptest::prelude::any::<u8>()), 1..6),
+        cut in proptest::option::of(0usize..700_000),
+        tok_edits in proptest::collection::vec((0usize..6305, proptest::prelude::any::<u8>()), 0..4),
+    ) {
+        use std::sync::OnceLock;
+        static FILES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+        let files = FILES.get_or_init(|| {
+            ["model_v0.bin", "model_v1.bin", "model_v2.bin", "tokenizer.bin"].iter().map(|f| std::fs::read(dir().join(f)).unwrap()).collect()
+        });
+        let mut bytes = files[version].clone();
+        for &(at, b) in &edits {
+            if let Some(x) = bytes.get_mut(at) {
+                *x = b;
+            }
+        }
+        if let Some(cut) = cut {
+            bytes.truncate(cut);
+        }
+        let _ = host_tools::llama2c::parse_model(&bytes);
+        let mut tok = files[3].clone();
+        for &(at, b) in &tok_edits {
+            if let Some(x) = tok.get_mut(at) {
+                *x = b;
+            }
+        }
+        if let Ok(model) = host_tools::llama2c::parse_tokenizer(&tok, 512) {
+            let _ = host_tools::sp_pack::SpTables::from_model(&model, &Default::default()).and_then(|t| t.section());
+        }
+    }
+}
