@@ -135,7 +135,7 @@ pub const BOARDS: &[Board] = &[
     // the small statics. Same regions as boards/pico-plus2/memory.x.
     Board {
         name: "pico-plus2",
-        chip: "RP2350B + 16 MB flash + 8 MB PSRAM, Cortex-M33",
+        chip: "RP2350B, Cortex-M33",
         regions: &[
             Region::flash(16 * MIB, "QSPI flash, XIP"),
             Region { name: "PSRAM", memory: Memory::Ram, bytes: 8 * MIB, holds: &[Part::Buffers], what: "QSPI PSRAM, XIP window 1" },
