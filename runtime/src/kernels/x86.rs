@@ -1740,7 +1740,7 @@ mod tests {
         let takes = |q4: bool, cols: usize| if q4 { cols.is_multiple_of(32) } else { room(cols, 32) };
         // SAFETY: AVX2 and F16C are present (checked).
         let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
-        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224), (20, 288), (3, 64)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224), (20, 288), (7, 288), (5, 352), (4, 416), (3, 64)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
         // lane tiles (16 rows × 4 tokens, from 4 tokens on), the last rows' tile part empty (1,
