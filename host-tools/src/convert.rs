@@ -380,8 +380,9 @@ pub fn convert_source(source: Source, opts: &ConvertOptions) -> Result<Converted
 
     // The tokenizer, and with --keep-vocab the kept tokens (which decide wte's rows).
     if let Some(t) = &found {
-        if t.vocab_size() != v {
-            bail!("the tokenizer has {} tokens; the model's vocab_size is {v}", t.vocab_size());
+        // fewer is fine (an embedding padded past the tokenizer); more would give ids the model has no row for
+        if t.vocab_size() > v {
+            bail!("the tokenizer has {} tokens, more than the model's vocab_size {v}", t.vocab_size());
         }
     }
     let full_section = found.as_ref().map(|t| t.section()).transpose()?;
