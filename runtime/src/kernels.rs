@@ -472,8 +472,9 @@ pub(crate) enum QuantOrder {
     /// As in `x`.
     Natural,
     /// For q4 SIMD kernels that split packed bytes into low and high nibbles: in each block of
-    /// 128 values (4 groups of 32), the 64 even-position values (group k's at 16k..16k+16),
-    /// then the 64 odd-position ones. Needs `cols % 128 == 0`.
+    /// 128 values (4 groups of 32) of a token, the 64 even-position values (group k's at
+    /// 16k..16k+16), then the 64 odd-position ones. A token's last 32, 64 or 96 values (when
+    /// `cols % 128 != 0`) stay in their natural order.
     #[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(dead_code))]
     Q4Pairs,
     /// For the AVX2 q8 kernel, which widens two groups' weights at a time to int16 with
@@ -759,7 +760,8 @@ pub(crate) fn quantize_rows<'s>(x: &[f32], cols: usize, group: usize, tokens: us
         return QuantRows { q: &[], scales, sums, pairs: &[], wide: wide.get(..n).unwrap_or(&[]) };
     }
     if order == QuantOrder::Q4Pairs {
-        for block in q.as_chunks_mut::<128>().0 {
+        // each token's whole blocks of 128; a last partial block keeps the natural order
+        for block in q.chunks_exact_mut(cols.max(1)).flat_map(|row| row.as_chunks_mut::<128>().0) {
             let natural = *block;
             let (even, odd) = block.split_at_mut(64);
             for (k, pairs) in natural.as_chunks::<2>().0.iter().enumerate() {

@@ -2225,9 +2225,8 @@ fn reduce512(v: __m512) -> f32 {
 // This is decode's kernel, and prefill's for fewer than 4 tokens or groups other than 32 (the
 // rest goes to the lane tiles below). Prefill keeps a block of rows (≤ 256 KiB of weights) in
 // L2 and the activations of a block of 8 tokens in L1; each row's weights are loaded and widened
-// once per block of tokens. q4: rows of whole blocks of 8 groups of 32 (GPT-2's 768 and 3072);
-// other rows of groups of 32 (stories15M's 288) go to the lane tiles at any token count (there
-// stories15M q4 went 149 -> 432 tok/s decode, 464 -> 4296 prefill, from the portable loop).
+// once per block of tokens. q4: rows of groups of 32, whole blocks of 8 in `block_q4` and a
+// last 1-7 groups one by one (`group_q4`: stories15M's 288 columns are 8 + 1 groups).
 
 /// Groups per AVX2 block.
 const AVX2_BLOCK: usize = 8;
@@ -2260,17 +2259,14 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
         _ => VNNI_GROUP,
     };
     // prefill of 4 tokens or more in groups of 32: the lane tiles (see the section after
-    // `Avx2Quant`), which read q4 activations in their natural order. q4 rows that are not whole
-    // blocks of 8 groups (llama2.c's stories15M: 288 = 9 groups) take them at any token count:
-    // `block_q4` reads whole blocks only, the lane tiles any number of groups of 32
-    let q4_part_blocks = matches!(w.data, MatrixData::Q4 { group: VNNI_GROUP, .. }) && w.cols % (AVX2_BLOCK * VNNI_GROUP) != 0;
-    let lanes = group == VNNI_GROUP && w.cols > 0 && w.rows > 0 && ((x.len() / w.cols).min(out.len() / w.rows) >= LANE_TOKENS || q4_part_blocks);
+    // `Avx2Quant`), which read q4 activations in their natural order
+    let lanes = group == VNNI_GROUP && w.cols > 0 && w.rows > 0 && (x.len() / w.cols).min(out.len() / w.rows) >= LANE_TOKENS;
     let order = |q4| match (q4, lanes) {
         (true, true) => QuantOrder::Natural,
         (true, false) => QuantOrder::Q4Pairs,
         (false, _) => QuantOrder::Wide16,
     };
-    let multiple = |q4| if q4 && !lanes { AVX2_BLOCK * VNNI_GROUP } else { group };
+    let multiple = |_| group;
     let Some(QuantJob { q4, data, scales, rows, cols, tokens, gpr, q, xs, sums, wide }) = quant_job(x, out.len(), w, group, multiple, order, scratch) else {
         return false;
     };
@@ -2642,18 +2638,30 @@ impl Avx2Quant {
     unsafe fn rows_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
         let Self { cols, gpr, .. } = *self;
         let nt = nt.min(NT);
+        let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         let mut pending = Pending8::new();
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
             let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
             let (mut lo, mut hi) = ([_mm256_setzero_ps(); NT], [_mm256_setzero_ps(); NT]);
             // blocks in pairs: group g goes to lane g % 16
-            for g0 in (0..gpr).step_by(2 * AVX2_BLOCK) {
+            for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
                 // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
                 unsafe { self.block_q4::<NT>(wrow, wsc, g0, t0, nt, &mut lo) };
-                if g0 + AVX2_BLOCK < gpr {
+                if g0 + AVX2_BLOCK < full {
                     // SAFETY: as above.
                     unsafe { self.block_q4::<NT>(wrow, wsc, g0 + AVX2_BLOCK, t0, nt, &mut hi) };
+                }
+            }
+            // the last 1-7 groups, one at a time
+            for g in full..gpr {
+                // SAFETY: as above, group g < gpr.
+                unsafe {
+                    if (g / AVX2_BLOCK).is_multiple_of(2) {
+                        self.group_q4::<NT>(wrow, wsc, g, t0, nt, &mut lo);
+                    } else {
+                        self.group_q4::<NT>(wrow, wsc, g, t0, nt, &mut hi);
+                    }
                 }
             }
             if NT == 1 {
@@ -2665,6 +2673,52 @@ impl Avx2Quant {
             }
         }
         pending.flush(t0, store);
+    }
+
+    /// Group g of a q4 row against tokens t0..t0+nt, its term added to lane g % 8 of `acc`
+    /// (+0.0 to the other lanes, which changes none: an accumulator lane is never -0.0): the
+    /// integer sum of its 32 products, less 8 · Σx, then [`Self::block_q4`]'s float step. Its
+    /// activations are in [`QuantOrder::Q4Pairs`] order when the group lies in one of the token's
+    /// whole blocks of 128 values, else in natural order (the token's last, partial block),
+    /// where a byte shuffle splits them into even and odd positions.
+    ///
+    /// # Safety
+    /// Group g of the row and of tokens t0..t0+nt must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn group_q4<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g: usize, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
+        let Self { cols, gpr, q, xs, sums, .. } = *self;
+        let paired = (g / 4 + 1) * 128 <= cols;
+        // SAFETY (every raw read): the caller's contract.
+        unsafe {
+            let low = _mm_set1_epi8(0x0F);
+            let p = _mm_loadu_si128(wrow.add(16 * g).cast());
+            // even elements' weights (low nibbles), odd elements' (high)
+            let (we, wo) = (_mm_and_si128(p, low), _mm_and_si128(_mm_srli_epi16::<4>(p), low));
+            // within 16 bytes: the 8 even positions, then the 8 odd ones
+            let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+            let sw = *wsc.add(g);
+            for (t, acc) in acc.iter_mut().enumerate().take(nt) {
+                let t = t0 + t;
+                let (even, odd) = if paired {
+                    let base = q.add(t * cols + 128 * (g / 4) + 16 * (g % 4));
+                    (_mm_loadu_si128(base.cast()), _mm_loadu_si128(base.add(64).cast()))
+                } else {
+                    let base = q.add(t * cols + 32 * g);
+                    let (a, b) = (_mm_shuffle_epi8(_mm_loadu_si128(base.cast()), split), _mm_shuffle_epi8(_mm_loadu_si128(base.add(16).cast()), split));
+                    (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b))
+                };
+                // int16 pairs (|·| ≤ 2 · 15 · 128), two added (exact), widened to four int32
+                let s16 = _mm_add_epi16(_mm_maddubs_epi16(we, even), _mm_maddubs_epi16(wo, odd));
+                let s32 = _mm_madd_epi16(s16, _mm_set1_epi16(1));
+                let s2 = _mm_add_epi32(s32, _mm_unpackhi_epi64(s32, s32));
+                let isum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2))) - 8 * *sums.add(t * gpr + g);
+                let term = isum as f32 * (sw * *xs.add(t * gpr + g));
+                let mut lanes = [0.0f32; 8];
+                lanes[g % AVX2_BLOCK] = term;
+                *acc = _mm256_add_ps(*acc, _mm256_loadu_ps(lanes.as_ptr()));
+            }
+        }
     }
 
     /// One block of 8 groups from group g0 of a q4 row against tokens t0..t0+nt, its terms added
