@@ -7,7 +7,10 @@
 //! - `hf`: the `tokenizer.json` transformers converts it into (a `Metaspace` pre-tokenizer);
 //! - `hf_legacy`: the same in Llama 2's layout (`Prepend` + `Replace` normalizer);
 //! - `no_fallback_rew`: no byte fallback, `remove_extra_whitespaces` (400 pieces);
-//! - `trained`: this project's trainer (`host-tools train-tokenizer`, 600 pieces).
+//! - `trained`: this project's trainer (`host-tools train-tokenizer`, 600 pieces);
+//! - the completed vocabulary of `host-tools random --preset stories15m` (32,000 pieces, about
+//!   half of them completed from two trained pieces each): trained again here, checked against
+//!   the digest in `completed.json`, and its ids against sentencepiece's and transformers'.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -607,4 +610,52 @@ fn the_llama_fixture_converts_with_its_sentencepiece_tokenizer() {
         assert_eq!((m, prompt[0], &prompt[1..m]), (n + 1, 1, &out[..n]), "{text:?} as a prompt");
     }
     assert_eq!(tok.encode_prompt("a", &mut []), Err(runtime::Error::BufferTooSmall { needed: 1, available: 0 }));
+}
+
+// ---- a completed vocabulary (host-tools random --preset stories15m / stories42m) ------------------
+
+/// The 32,000-piece tokenizer `host-tools random --preset stories15m` writes: trained on the
+/// repository's text until no pair is left, then completed (`host_tools::sp_train`, step 5).
+/// `completed.json` has sentencepiece's and transformers' ids for it (the model itself is not
+/// committed: it is made again here, and its digest must be the one the ids were made with).
+#[test]
+fn a_completed_vocabulary_encodes_as_sentencepiece_and_transformers_do() {
+    let path = fixtures().join("completed.json");
+    let case: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; {HINT}", path.display()))).unwrap();
+    let text = host_tools::random::TOKENIZER_TEXT.join("\n");
+    let model = host_tools::sp_train::train_sentencepiece_bpe(&text, 32000).unwrap();
+    let hash = model.iter().fold(0u64, |h, &b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    assert!(
+        (model.len() as u64, format!("{hash:016x}").as_str()) == (case["model_bytes"].as_u64().unwrap(), case["model_hash"].as_str().unwrap()),
+        "the trainer makes another 32,000-piece model than completed.json was made from; {HINT} --completed-only"
+    );
+    let config = host_tools::sp_pack::TokenizerConfig::parse(&host_tools::sp_train::llama_tokenizer_config_json()).unwrap();
+    let parsed = host_tools::sp_model::SpModel::parse(&model).unwrap();
+    let section = host_tools::sp_pack::SpTables::from_model(&parsed, &config).unwrap().section().unwrap();
+    let tok = Tokenizer::from_bytes(&section).unwrap();
+    assert_eq!(tok.vocab_size(), 32000);
+    let (sp, hf) = (case["encode"].as_array().unwrap(), case["transformers_ids"].as_array().unwrap());
+    let mut failures = Vec::new();
+    for (i, text) in strings().into_iter().enumerate() {
+        let (want, got) = (ids(&sp[i]), encode(&tok, text));
+        if want != got {
+            failures.push(format!("string {i} {text:?}:\n  sentencepiece {}\n  runtime       {}", show(&tok, &want), show(&tok, &got)));
+        }
+        // transformers: BOS, then the same ids (but for its Metaspace conversion's leading space)
+        let mut ours = vec![tok.prompt_prefix().unwrap()];
+        ours.extend(got);
+        if !text.starts_with([' ', '\u{2581}']) {
+            assert_eq!(ids(&hf[i]), ours, "transformers, string {i} {text:?}");
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} strings differ ({HINT}):\n{}", failures.len(), strings().len(), failures.join("\n"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for (file, expected) in case["files"].as_object().unwrap() {
+        let ids = encode(&tok, &std::fs::read_to_string(root.join(file)).unwrap());
+        let hash = ids.iter().fold(0u64, |h, &id| h.wrapping_mul(31).wrapping_add(u64::from(id)));
+        assert_eq!((ids.len() as u64, format!("{hash:016x}")), (expected["n"].as_u64().unwrap(), expected["hash"].as_str().unwrap().to_string()), "{file}");
+    }
+    // the completed pieces are used: some ids lie above the ~16,100 trained pieces and below the
+    // single characters at the end
+    assert!(sp.iter().flat_map(|ids| ids.as_array().unwrap()).any(|id| (16_500..31_500).contains(&id.as_u64().unwrap())));
 }
