@@ -1,7 +1,9 @@
 //! Vocabulary pruning (`host-tools convert … --keep-vocab FILE [--vocab-size N]`): keep the
 //! tokens a text needs, drop every other row of `wte` (and of an untied `lm_head`), and cut the
 //! tokenizer down to the kept tokens and the merges among them. A TinyStories-1M's 50257 × 64
-//! embedding is 3.2M of its 3.7M parameters; stories use a few thousand tokens.
+//! embedding is 3.2M of its 3.7M parameters; stories use a few thousand tokens. SentencePiece
+//! vocabularies (Llama) are pruned the same way by [`crate::sp_prune`], which shares
+//! [`bpe_run`] and [`Selection`] with this module.
 //!
 //! # What is kept
 //!

@@ -347,6 +347,52 @@ fn a_converted_checkpoint_carries_the_sentencepiece_tokenizer() {
     assert!(pruned.config().vocab_size < 300, "{}", pruned.config().vocab_size);
 }
 
+/// Pruning a `tokenizer.json` SentencePiece vocabulary (ranked merges, a `Metaspace`
+/// pre-tokenizer) and a `tokenizer.model` one to the story text: the text and each of its lines
+/// whose full encoding is kept encode to the same pieces (as source ids), other text to the same
+/// bytes.
+#[test]
+fn tokenizer_json_and_model_vocabularies_prune_to_a_text() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let stories = std::fs::read_to_string(root.join("models/stories/stories.txt")).unwrap();
+    let val = std::fs::read_to_string(root.join("models/default/val.txt")).unwrap();
+    let odd = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("odd");
+    for (name, files) in [("hf", &["tokenizer.json", "tokenizer_config.json"][..]), ("hf_legacy", &["tokenizer.json"][..]), ("model", &["tokenizer.model", "tokenizer_config.json"][..])] {
+        let dir = std::env::temp_dir().join(format!("sp-prune-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["config.json", "model.safetensors"] {
+            std::fs::copy(odd.join(f), dir.join(f)).unwrap();
+        }
+        for f in files {
+            std::fs::copy(fixtures().join(name).join(f), dir.join(f)).unwrap();
+        }
+        let keep = host_tools::prune::KeepVocab { text: stories.clone(), origin: "stories".into(), most_frequent: None };
+        let blob = host_tools::convert::convert(&dir, &host_tools::convert::ConvertOptions { keep_vocab: Some(keep), ..Default::default() });
+        std::fs::remove_dir_all(&dir).unwrap();
+        let blob = blob.unwrap_or_else(|e| panic!("{name}: {e:#}")).blob;
+        let pruned = runtime::Model::from_blob(&blob).unwrap();
+        let (full, tok) = (tokenizer(name), pruned.tokenizer().unwrap());
+        assert!(tok.vocab_size() < full.vocab_size(), "{name}");
+        // (a line alone starts with the dummy prefix's ▁, which the whole text has not there:
+        // only the lines whose full encoding is kept are checked)
+        let mut covered = 0;
+        for text in std::iter::once(stories.as_str()).chain(stories.lines()) {
+            let want = encode(&full, text);
+            if want.iter().all(|&id| pruned.id_from_source(id).is_some()) {
+                let ids: Vec<u32> = encode(tok, text).iter().map(|&id| pruned.source_id(id).unwrap()).collect();
+                assert_eq!(ids, want, "{name}: {text:?}");
+                covered += 1;
+            } else {
+                assert_eq!(decode(tok, &encode(tok, text)), decode(&full, &want), "{name}: {text:?}");
+            }
+        }
+        assert!(covered > 10, "{name}: {covered} lines covered");
+        let other = &val[..5000];
+        assert_eq!(decode(tok, &encode(tok, other)), decode(&full, &encode(&full, other)), "{name}");
+        assert_ne!(encode(tok, other).len(), encode(&full, other).len(), "{name}: other text needs other pieces");
+    }
+}
+
 // ---- random text --------------------------------------------------------------------------------------
 
 /// What sentencepiece's `remove_extra_whitespaces` leaves of a text, decoded: leading spaces,
