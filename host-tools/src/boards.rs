@@ -128,6 +128,20 @@ pub const BOARDS: &[Board] = &[
             Region::ram(520 * KIB, "SRAM0-9"),
         ],
     },
+    // The 16 MB flash / 8 MB PSRAM class, as on the Pimoroni Pico Plus 2 (boards/pico-plus2):
+    // RP2350B, a 16 MB QSPI flash on QMI chip select 0 (code and the blob, read in place through
+    // XIP at 0x1000_0000) and an 8 MB APS6404L QSPI PSRAM on chip select 1 (arena, KV cache and
+    // token window, through XIP window 1 at 0x1100_0000); the 520 KB SRAM keeps the stack and
+    // the small statics. Same regions as boards/pico-plus2/memory.x.
+    Board {
+        name: "pico-plus2",
+        chip: "RP2350B, Cortex-M33",
+        regions: &[
+            Region::flash(16 * MIB, "QSPI flash, XIP"),
+            Region { name: "PSRAM", memory: Memory::Ram, bytes: 8 * MIB, holds: &[Part::Buffers], what: "QSPI PSRAM, XIP window 1" },
+            Region { name: "RAM", memory: Memory::Ram, bytes: 520 * KIB, holds: &[Part::Stack], what: "SRAM0-9" },
+        ],
+    },
     // Nordic nRF52840 DK: nRF52840 (nRF52840 Product Specification: 1 MB flash at 0x0, 256 KB
     // RAM at 0x2000_0000). Bare metal: no SoftDevice, which would take flash and RAM of its own.
     Board {

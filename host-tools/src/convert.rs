@@ -20,7 +20,7 @@ use runtime::blob::{DType, Provenance, Role, GLOBAL_ROLES, LAYER_ROLES};
 use runtime::config::Arch;
 
 use crate::blob_writer::{f16_bytes, f32_bytes, write_blob, BlobContents, TensorData};
-use crate::hf::{read_config, Checkpoint};
+use crate::hf::{read_config, Checkpoint, HfConfig, Q8Rows};
 use crate::prune::{keep_rows, keep_set, prune_tables, KeepSet, KeepVocab};
 use crate::tokenizer_pack::TokenizerTables;
 
@@ -253,12 +253,121 @@ fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
-/// Converts the checkpoint in `dir`.
+/// A checkpoint in the converter's terms, whatever file it came from: the config, the tensors
+/// under Hugging Face names, the tokenizer, and how to name the source in the blob.
+pub struct Source {
+    /// The config and the head's tying.
+    pub hf: HfConfig,
+    /// The tensors.
+    pub checkpoint: Checkpoint,
+    /// The tokenizer, if any (and not left out by `--no-tokenizer`).
+    pub tokenizer: Option<TokenizerTables>,
+    /// Recorded as the blob's source unless [`ConvertOptions::source_name`] says otherwise.
+    pub name: String,
+    /// Recorded as the source's dtype (default: the tensors' storage dtypes).
+    pub description: Option<String>,
+}
+
+impl Source {
+    /// A Hugging Face folder: `config.json`, the safetensors, and the tokenizer files beside.
+    pub fn hf_dir(dir: &Path, no_tokenizer: bool) -> Result<Self> {
+        let hf = read_config(dir)?;
+        let checkpoint = Checkpoint::open(dir)?;
+        let hint = |e: anyhow::Error| anyhow::anyhow!("{e:#} (pass --no-tokenizer to convert the weights without it)");
+        let tokenizer = if no_tokenizer { None } else { crate::tokenizer_pack::tokenizer_from_dir(dir).map_err(hint)? };
+        if let Some(t) = &tokenizer {
+            t.section().map_err(hint)?;
+        }
+        let name = dir
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| dir.display().to_string());
+        Ok(Self { hf, checkpoint, tokenizer, name, description: None })
+    }
+
+    /// A llama2.c `model.bin` ([`crate::llama2c`]) and its tokenizer: `tokenizer` if given
+    /// (a `tokenizer.bin` or a sentencepiece `tokenizer.model`), else a `tokenizer.bin` beside
+    /// the model, else none.
+    pub fn llama2c(model: &Path, tokenizer: Option<&Path>, no_tokenizer: bool) -> Result<Self> {
+        let m = crate::llama2c::read_model(model)?;
+        let description = Some(m.describe());
+        let mut hf = m.hf;
+        let beside = model.parent().map(|d| d.join("tokenizer.bin")).filter(|p| p.is_file() && p != model);
+        let tok_path = if no_tokenizer { None } else { tokenizer.map(Path::to_path_buf).or(beside) };
+        let tables = match &tok_path {
+            Some(p) => {
+                if tokenizer.is_none() {
+                    hf.notes.push(format!("tokenizer: {} (found beside the model; --tokenizer FILE to choose another)", p.display()));
+                }
+                Some(crate::llama2c::read_any_tokenizer(p, m.header.vocab_size)?)
+            }
+            None if no_tokenizer => None,
+            None => {
+                hf.notes.push("no tokenizer: pass --tokenizer tokenizer.bin (the blob then encodes text); without it the blob takes token ids".into());
+                None
+            }
+        };
+        if !m.groups_cross_rows.is_empty() {
+            hf.notes.push(format!(
+                "{} of the version 2 matrices have Q8_0 groups that cross rows ({}{}): dequantized exactly, and requantized if --dtype q8",
+                m.groups_cross_rows.len(),
+                m.groups_cross_rows.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                if m.groups_cross_rows.len() > 3 { ", …" } else { "" }
+            ));
+        }
+        let name = model.file_name().map_or_else(|| model.display().to_string(), |n| n.to_string_lossy().into_owned());
+        Ok(Self { hf, checkpoint: m.checkpoint, tokenizer: tables.map(TokenizerTables::SentencePiece), name, description })
+    }
+}
+
+/// Converts the checkpoint at `path`: a Hugging Face folder, or a llama2.c `model.bin` (a file)
+/// with `tokenizer` (only for a `model.bin`).
+pub fn convert_path(path: &Path, tokenizer: Option<&Path>, opts: &ConvertOptions) -> Result<Converted> {
+    if path.is_dir() {
+        if let Some(t) = tokenizer {
+            bail!("--tokenizer {}: only for a llama2.c model.bin; a Hugging Face folder's tokenizer is read from its own files", t.display());
+        }
+        convert(path, opts)
+    } else if path.is_file() {
+        convert_source(Source::llama2c(path, tokenizer, opts.no_tokenizer)?, opts)
+    } else {
+        bail!("{}: no such file or directory (expected a Hugging Face checkpoint folder or a llama2.c model.bin)", path.display())
+    }
+}
+
+/// Converts the Hugging Face checkpoint in `dir`.
 pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
-    let hf = read_config(dir)?;
+    convert_source(Source::hf_dir(dir, opts.no_tokenizer)?, opts)
+}
+
+/// The matrix's int8 values and scales as the blob stores them, when every stacked part carries
+/// [`Q8Rows`] with one group the runtime takes (≥ `MIN_GROUP`, dividing the row), after
+/// `--keep-vocab`'s row selection.
+fn kept_q8(parts: &[Option<Q8Rows>], cols: usize, rows_kept: Option<&KeepSet>) -> Option<(usize, Vec<u8>)> {
+    let g = parts.first()?.as_ref()?.group;
+    if g < runtime::model::MIN_GROUP || cols % g != 0 || parts.iter().any(|p| p.as_ref().is_none_or(|p| p.group != g)) {
+        return None;
+    }
+    let mut q: Vec<i8> = parts.iter().flatten().flat_map(|p| p.q.iter().copied()).collect();
+    let mut s: Vec<f32> = parts.iter().flatten().flat_map(|p| p.s.iter().copied()).collect();
+    if let Some(keep) = rows_kept {
+        let pick = |cols: usize| move |&src: &u32| src as usize * cols..(src as usize + 1) * cols;
+        q = keep.kept.iter().map(pick(cols)).flat_map(|r| q[r].to_vec()).collect();
+        s = keep.kept.iter().map(pick(cols / g)).flat_map(|r| s[r].to_vec()).collect();
+    }
+    let scales_at = q.len().div_ceil(16) * 16;
+    let mut out = vec![0u8; scales_at + s.len() * 4];
+    out[..q.len()].copy_from_slice(bytemuck::cast_slice(&q));
+    out[scales_at..].copy_from_slice(bytemuck::cast_slice(&s));
+    Some((g, out))
+}
+
+/// Converts a [`Source`].
+pub fn convert_source(source: Source, opts: &ConvertOptions) -> Result<Converted> {
+    let Source { hf, checkpoint: ckpt, tokenizer: found, name: source_name, description } = source;
     let mut config = hf.config;
     let mut notes = hf.notes.clone();
-    let ckpt = Checkpoint::open(dir)?;
 
     let (prefix, layer_prefix) = key_prefixes(config.arch, &ckpt)?;
     if let Some(ctx) = opts.ctx {
@@ -270,9 +379,12 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
     let (c, v) = (config.n_embd(), config.vocab_size());
 
     // The tokenizer, and with --keep-vocab the kept tokens (which decide wte's rows).
-    let hint = |e: anyhow::Error| anyhow::anyhow!("{e:#} (pass --no-tokenizer to convert the weights without it)");
-    let found = if opts.no_tokenizer { None } else { crate::tokenizer_pack::tokenizer_from_dir(dir).map_err(hint)? };
-    let full_section = found.as_ref().map(|t| t.section()).transpose().map_err(hint)?;
+    if let Some(t) = &found {
+        if t.vocab_size() != v {
+            bail!("the tokenizer has {} tokens; the model's vocab_size is {v}", t.vocab_size());
+        }
+    }
+    let full_section = found.as_ref().map(|t| t.section()).transpose()?;
     let mut pruning = None;
     let tokenizer = match (&opts.keep_vocab, &found, &full_section) {
         (None, _, section) => section.clone(),
@@ -335,11 +447,15 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
 
     let mut used = BTreeSet::new();
     let mut source_dtypes = BTreeSet::new();
+    // (matrix, whether its int8 values were kept) for a quantized source and --dtype q8
+    let mut int8_kept: Vec<(String, bool)> = Vec::new();
     let mut tensors = Vec::with_capacity(plan.len());
     for (role, layer) in plan {
         let Some(src) = hf_source(&source_config, role) else { continue };
         // the parts, stacked along the rows (GPT-Neo's and Llama's q | k | v, Llama's gate | up)
         let mut data = Vec::new();
+        let mut q8_parts = Vec::new();
+        let mut int8_source = false;
         let mut name = String::new();
         for (suffix, expected) in &src.parts {
             name = match role {
@@ -353,7 +469,9 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
             }
             used.insert(name.clone());
             source_dtypes.insert(format!("{:?}", t.dtype));
+            int8_source |= t.dtype == safetensors::Dtype::I8;
             data.extend(t.data);
+            q8_parts.push(t.q8);
         }
         let pruned_rows = matches!(role, Role::Wte | Role::LmHead) && pruning.is_some();
         if let (Some(p), true) = (&pruning, pruned_rows) {
@@ -372,7 +490,19 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
             bail!("internal error: {name}: {} values for shape [{rows}, {cols}]", data.len());
         }
         let keep_f32 = opts.keep_f32.iter().any(|k| role.hf_suffix().starts_with(k.as_str()));
+        let kept = if role.is_matrix() && !keep_f32 && opts.dtype == WeightDType::Q8 {
+            kept_q8(&q8_parts, cols, pruning.as_ref().filter(|_| pruned_rows).map(|p| &p.keep))
+        } else {
+            None
+        };
+        if int8_source && role.is_matrix() && opts.dtype == WeightDType::Q8 && !keep_f32 {
+            int8_kept.push((if role.is_layer() { format!("h.{layer}.{}", role.hf_suffix()) } else { role.hf_suffix().to_string() }, kept.is_some()));
+        }
         let (dtype, bytes) = match (role.is_matrix() && !keep_f32, opts.dtype) {
+            (true, WeightDType::Q8) if kept.is_some() => {
+                let (g, bytes) = kept.context("internal error")?;
+                (DType::Q8 { group_len: g as u32 }, bytes)
+            }
             (true, WeightDType::F16) => (DType::F16, f16_bytes(&data)),
             (true, q @ (WeightDType::Q8 | WeightDType::Q4)) => {
                 let four = q == WeightDType::Q4;
@@ -412,13 +542,18 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
         notes.push(format!("ignored {} tensor(s) not part of {family}: {}", ignored.len(), ignored.join(", ")));
     }
 
-    let source = opts.source_name.clone().unwrap_or_else(|| {
-        dir.canonicalize()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| dir.display().to_string())
-    });
-    let source_dtype = source_dtypes.into_iter().collect::<Vec<_>>().join("+");
+    let source = opts.source_name.clone().unwrap_or(source_name);
+    let mut source_dtype = description.unwrap_or_else(|| source_dtypes.into_iter().collect::<Vec<_>>().join("+"));
+    if !int8_kept.is_empty() {
+        let requantized: Vec<&str> = int8_kept.iter().filter(|(_, k)| !k).map(|(n, _)| n.as_str()).collect();
+        let kept = int8_kept.len() - requantized.len();
+        source_dtype += &format!("; --dtype q8: int8 values kept in {kept} of {} matrices", int8_kept.len());
+        if !requantized.is_empty() {
+            let list = requantized.iter().take(4).copied().collect::<Vec<_>>().join(", ");
+            source_dtype += &format!(", requantized in {} ({list}{}: groups cross rows)", requantized.len(), if requantized.len() > 4 { ", …" } else { "" });
+        }
+        notes.push(format!("int8 values kept in {kept} of {} matrices, {} requantized", int8_kept.len(), requantized.len()));
+    }
     let converter = concat!("host-tools ", env!("CARGO_PKG_VERSION"));
     let has_tokenizer = tokenizer.is_some();
     let contents = BlobContents {

@@ -327,14 +327,18 @@ fn gpt_neo_attention(j: &Value, p: &str, n_layer: u32, notes: &mut Vec<String>) 
     Ok((mask, window.min(u32::MAX as u64) as u32))
 }
 
-/// An open safetensors checkpoint (one or more memory-mapped shards).
+/// An open checkpoint under Hugging Face tensor names: safetensors shards, memory-mapped, or
+/// tensors already in memory (a llama2.c `model.bin` read by [`crate::llama2c`]).
 pub struct Checkpoint {
     shards: Vec<(PathBuf, Mmap)>,
     /// tensor name -> shard index
     index: BTreeMap<String, usize>,
+    /// tensors held in memory, by name
+    memory: BTreeMap<String, Tensor>,
 }
 
 /// A tensor read from the checkpoint, widened to f32.
+#[derive(Debug, Clone)]
 pub struct Tensor {
     /// Shape as stored.
     pub shape: Vec<usize>,
@@ -342,6 +346,21 @@ pub struct Tensor {
     pub data: Vec<f32>,
     /// Storage dtype in the checkpoint.
     pub dtype: Dtype,
+    /// The int8 values and scales `data` was dequantized from, when the checkpoint stores the
+    /// tensor quantized in groups that lie within rows (llama2.c's Q8_0): `convert --dtype q8`
+    /// keeps them instead of quantizing `data` again.
+    pub q8: Option<Q8Rows>,
+}
+
+/// A matrix quantized symmetrically in groups along its rows: value i is `q[i] · s[i / group]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Q8Rows {
+    /// Values per group; divides the row length.
+    pub group: usize,
+    /// The int8 values, row-major.
+    pub q: Vec<i8>,
+    /// One scale per group.
+    pub s: Vec<f32>,
 }
 
 impl Checkpoint {
@@ -377,21 +396,29 @@ impl Checkpoint {
             }
             shards.push((path, map));
         }
-        Ok(Self { shards, index })
+        Ok(Self { shards, index, memory: BTreeMap::new() })
+    }
+
+    /// A checkpoint of tensors already in memory.
+    pub fn from_tensors(tensors: impl IntoIterator<Item = (String, Tensor)>) -> Self {
+        Self { shards: Vec::new(), index: BTreeMap::new(), memory: tensors.into_iter().collect() }
     }
 
     /// All tensor names.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.index.keys().map(String::as_str)
+        self.index.keys().chain(self.memory.keys()).map(String::as_str)
     }
 
     /// Whether `name` exists.
     pub fn contains(&self, name: &str) -> bool {
-        self.index.contains_key(name)
+        self.index.contains_key(name) || self.memory.contains_key(name)
     }
 
     /// Reads `name` and widens it to f32 (F32, F16 and BF16 storage).
     pub fn read(&self, name: &str) -> Result<Tensor> {
+        if let Some(t) = self.memory.get(name) {
+            return Ok(t.clone());
+        }
         let &i = self.index.get(name).with_context(|| format!("tensor {name} missing"))?;
         let (path, map) = &self.shards[i];
         let st = SafeTensors::deserialize(map)?;
@@ -403,7 +430,7 @@ impl Checkpoint {
             Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             other => bail!("tensor {name} has dtype {other:?}; F32, F16 and BF16 are supported"),
         };
-        Ok(Tensor { shape: view.shape().to_vec(), data, dtype: view.dtype() })
+        Ok(Tensor { shape: view.shape().to_vec(), data, dtype: view.dtype(), q8: None })
     }
 }
 

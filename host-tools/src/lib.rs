@@ -8,6 +8,7 @@ pub mod convert;
 pub mod eval;
 pub mod hf;
 pub mod inspect;
+pub mod llama2c;
 pub mod npy;
 pub mod plan;
 pub mod prune;

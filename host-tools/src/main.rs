@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use host_tools::boards::{self, parse_bytes};
-use host_tools::convert::{convert, ConvertOptions, WeightDType};
+use host_tools::convert::{convert_path, ConvertOptions, WeightDType};
 use host_tools::plan::{KvArg, Plan, Target};
 use host_tools::random::{write_random, RandomShape};
 use runtime::config::{Arch, LayerMask};
@@ -42,11 +42,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Convert a Hugging Face GPT-2 or GPT-Neo checkpoint directory (config.json +
-    /// model.safetensors, optional vocab.json + merges.txt or tokenizer.json) into a blob.
+    /// Convert a checkpoint into a blob: a Hugging Face GPT-2, GPT-Neo or Llama folder
+    /// (config.json + model.safetensors, and its tokenizer files: vocab.json + merges.txt,
+    /// tokenizer.json or tokenizer.model), or a llama2.c model.bin (export versions 0, 1 and 2,
+    /// told by content) with --tokenizer tokenizer.bin.
     Convert {
-        /// Checkpoint directory.
+        /// Checkpoint folder, or a llama2.c model.bin file.
         hf_dir: PathBuf,
+        /// For a llama2.c model.bin: its tokenizer.bin (or a sentencepiece tokenizer.model).
+        /// Default: a tokenizer.bin beside the model, if there is one.
+        #[arg(long, value_name = "FILE")]
+        tokenizer: Option<PathBuf>,
         /// Output blob file.
         #[arg(short, long)]
         out: PathBuf,
@@ -210,7 +216,7 @@ enum Cmd {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Convert { hf_dir, out, dtype, ctx, group, keep_f32, keep_vocab, vocab_size, no_tokenizer } => {
+        Cmd::Convert { hf_dir, tokenizer, out, dtype, ctx, group, keep_f32, keep_vocab, vocab_size, no_tokenizer } => {
             const NAMES: [&str; 7] = ["wte", "wpe", "lm_head", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"];
             if let Some(bad) = keep_f32.iter().find(|k| !NAMES.contains(&k.as_str())) {
                 anyhow::bail!("--keep-f32 {bad:?}: expected some of {}", NAMES.join(", "));
@@ -218,7 +224,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let keep_vocab = keep_vocab.map(|f| read_keep_vocab(&f, vocab_size)).transpose()?;
             let origin = keep_vocab.as_ref().map(|k| k.origin.clone());
             let opts = ConvertOptions { dtype, ctx, progress: true, source_name: None, group, keep_f32, keep_vocab, no_tokenizer };
-            let conv = convert(&hf_dir, &opts)?;
+            let conv = convert_path(&hf_dir, tokenizer.as_deref(), &opts)?;
             for note in &conv.notes {
                 eprintln!("note: {note}");
             }
