@@ -318,15 +318,17 @@ fn errors_carry_the_numbers() {
 
 // ---- a blob with a SentencePiece tokenizer ------------------------------------------------------------
 
+/// A random GPT-2 checkpoint (1 layer, 16 wide) with 1000 tokens, the SentencePiece fixtures'
+/// size, in `dir` (weights and config only).
+fn random_gpt2_1000(dir: &Path) {
+    host_tools::random::write_random(dir, host_tools::random::RandomShape::gpt2(1, 16, 2, 1000, 32), 3).unwrap();
+}
+
 #[test]
 fn a_converted_checkpoint_carries_the_sentencepiece_tokenizer() {
-    // The `odd` GPT-2 fixture has vocab_size 1001, enough for the 1000 pieces.
+    // A random GPT-2 with the 1000 pieces' vocabulary size (convert requires them equal).
     let dir = std::env::temp_dir().join(format!("sp-convert-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let odd = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("odd");
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(odd.join(f), dir.join(f)).unwrap();
-    }
+    random_gpt2_1000(&dir);
     for f in ["tokenizer.model", "tokenizer_config.json"] {
         std::fs::copy(fixtures().join("model").join(f), dir.join(f)).unwrap();
     }
@@ -356,13 +358,9 @@ fn tokenizer_json_and_model_vocabularies_prune_to_a_text() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let stories = std::fs::read_to_string(root.join("models/stories/stories.txt")).unwrap();
     let val = std::fs::read_to_string(root.join("models/default/val.txt")).unwrap();
-    let odd = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("odd");
     for (name, files) in [("hf", &["tokenizer.json", "tokenizer_config.json"][..]), ("hf_legacy", &["tokenizer.json"][..]), ("model", &["tokenizer.model", "tokenizer_config.json"][..])] {
         let dir = std::env::temp_dir().join(format!("sp-prune-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["config.json", "model.safetensors"] {
-            std::fs::copy(odd.join(f), dir.join(f)).unwrap();
-        }
+        random_gpt2_1000(&dir);
         for f in files {
             std::fs::copy(fixtures().join(name).join(f), dir.join(f)).unwrap();
         }
