@@ -231,7 +231,7 @@ fn board_that_does_not_fit_fails_with_byte_counts() {
 
 #[test]
 fn unknown_board_lists_the_known_ones() {
-    assert_one_line_error(&["--board", "arduino-uno", "--prompt", "x"], "unknown board \"arduino-uno\"; known boards: qemu-m4, qemu-m55, pico2, nrf52840-dk");
+    assert_one_line_error(&["--board", "arduino-uno", "--prompt", "x"], "unknown board \"arduino-uno\"; known boards: qemu-m4, qemu-m55, pico2, pico-plus2, nrf52840-dk");
 }
 
 /// `host bench` (the performance issue's command shape) prints every figure it promises,
