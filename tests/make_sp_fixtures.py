@@ -241,12 +241,56 @@ def whole_files(encode):
     return out
 
 
+def completed_case(out, strings):
+    """completed.json: this project's trainer when the text runs out of pairs. The tokenizer of
+    `host-tools random --preset stories15m` (and stories42m): 32,000 pieces trained on
+    models/stories/stories.txt + "\\n" + models/default/val.txt (host_tools::random::TOKENIZER_TEXT),
+    about 16,400 of them by merging and the rest completed from two pieces each. The model is not
+    committed (the test trains it again and checks its digest); sentencepiece's and transformers'
+    ids on the test strings and whole files are."""
+    with tempfile.TemporaryDirectory() as tmp:
+        text = ""
+        for i, rel in enumerate(["models/stories/stories.txt", "models/default/val.txt"]):
+            with open(os.path.join(ROOT, rel), encoding="utf-8", newline="") as f:
+                text += ("\n" if i else "") + f.read()
+        text_path = os.path.join(tmp, "text.txt")
+        with open(text_path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        model_dir = os.path.join(tmp, "completed")
+        subprocess.run(["cargo", "run", "-q", "-p", "host-tools", "--", "train-tokenizer", "--text", text_path,
+                        "--vocab-size", "32000", "-o", model_dir], cwd=ROOT, check=True)
+        model_path = os.path.join(model_dir, "tokenizer.model")
+        with open(model_path, "rb") as f:
+            model_bytes = f.read()
+        sp, encoded = sp_cases(model_path, strings)
+        # LlamaTokenizer (sentencepiece) and AutoTokenizer (converted to a tokenizers BPE): BOS first
+        slow = transformers.LlamaTokenizer.from_pretrained(model_dir) if hasattr(transformers, "LlamaTokenizer") else None
+        auto = transformers.AutoTokenizer.from_pretrained(model_dir)
+        case = {"vocab_size": sp.vocab_size(), "model_bytes": len(model_bytes), "model_hash": ids_hash(model_bytes),
+                "encode": [e["ids"] for e in encoded], "files": whole_files(sp.encode),
+                "auto_class": type(auto).__name__,
+                "transformers_ids": [auto.encode(s, split_special_tokens=True) for s in strings]}
+        if slow is not None:
+            case["llama_tokenizer_class"] = type(slow).__name__
+            case["llama_tokenizer_equals_auto"] = all(
+                slow.encode(s, split_special_tokens=True) == t for s, t in zip(strings, case["transformers_ids"]))
+    write_json(os.path.join(out, "completed.json"), case, compact=True)
+    same = sum(t == [sp.bos_id()] + e for t, e in zip(case["transformers_ids"], case["encode"]))
+    print(f"wrote completed.json: {case['vocab_size']} pieces; AutoTokenizer ({case['auto_class']}) gives "
+          f"BOS + sentencepiece's ids on {same} of {len(strings)} strings")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "sp_tokenizer"))
+    parser.add_argument("--completed-only", action="store_true",
+                        help="only write completed.json (the 32,000-piece completed vocabulary)")
     args = parser.parse_args()
     out = args.out
     strings = test_strings()
+    completed_case(out, strings)
+    if args.completed_only:
+        return
     val = os.path.join(ROOT, "models", "default", "val.txt")
     stories = os.path.join(ROOT, "models", "stories", "stories.txt")
 

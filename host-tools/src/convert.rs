@@ -407,7 +407,24 @@ pub fn convert_source(source: Source, opts: &ConvertOptions) -> Result<Converted
             });
             Some(section_out)
         }
-        (Some(keep), Some(TokenizerTables::SentencePiece(_)), _) => bail!("--keep-vocab {}: vocabulary pruning is not supported for SentencePiece tokenizers (tokenizer.model, or a tokenizer.json with byte_fallback) yet", keep.origin),
+        (Some(keep), Some(TokenizerTables::SentencePiece(tables)), Some(section)) => {
+            let full = runtime::tokenizer::Tokenizer::from_bytes(section).map_err(|e| anyhow::anyhow!("internal error: the packed tokenizer does not load: {e}"))?;
+            let ks = crate::sp_prune::keep_set(tables, &full, keep, &[config.bos_token_id, config.eos_token_id], config.vocab_size)?;
+            let pruned = crate::sp_prune::prune_tables(tables, &ks)?;
+            let section_out = pruned.section()?;
+            let new = |id: u32, what: &str| ks.new_id(id).with_context(|| format!("internal error: {what} {id} was not kept"));
+            config.bos_token_id = new(config.bos_token_id, "bos_token_id")?;
+            config.eos_token_id = new(config.eos_token_id, "eos_token_id")?;
+            config.vocab_size = ks.kept.len() as u32;
+            pruning = Some(Pruned {
+                source_vocab_size: v as u32,
+                embedding_bytes_saved: 0,
+                tokenizer_bytes: (section.len() as u64, section_out.len() as u64),
+                merges: (tables.merges.len(), pruned.merges.len()),
+                keep: ks,
+            });
+            Some(section_out)
+        }
         (Some(keep), _, _) => bail!("--keep-vocab {}: the checkpoint has no tokenizer (vocab.json + merges.txt, tokenizer.json or tokenizer.model) to encode it with", keep.origin),
     };
 

@@ -15,6 +15,7 @@ pub mod prune;
 pub mod random;
 pub mod sp_model;
 pub mod sp_pack;
+pub mod sp_prune;
 pub mod sp_train;
 pub mod tokenizer_pack;
 pub mod trace;

@@ -1,7 +1,9 @@
 //! Vocabulary pruning (`host-tools convert … --keep-vocab FILE [--vocab-size N]`): keep the
 //! tokens a text needs, drop every other row of `wte` (and of an untied `lm_head`), and cut the
 //! tokenizer down to the kept tokens and the merges among them. A TinyStories-1M's 50257 × 64
-//! embedding is 3.2M of its 3.7M parameters; stories use a few thousand tokens.
+//! embedding is 3.2M of its 3.7M parameters; stories use a few thousand tokens. SentencePiece
+//! vocabularies (Llama) are pruned the same way by [`crate::sp_prune`], which shares
+//! [`bpe_run`] and [`Selection`] with this module.
 //!
 //! # What is kept
 //!
@@ -133,7 +135,13 @@ pub fn merge_map(tables: &BpeTables) -> MergeMap {
 /// BPE on `bytes` as one piece, as the runtime's encoder runs it on a piece (lowest rank first,
 /// leftmost on ties), recording every token that appears: returns (tokens seen, final tokens).
 pub fn isolated_run(tables: &BpeTables, merges: &MergeMap, bytes: &[u8]) -> (BTreeSet<u32>, Vec<u32>) {
-    let mut state: Vec<u32> = bytes.iter().map(|&b| tables.byte_to_id[b as usize]).collect();
+    bpe_run(bytes.iter().map(|&b| tables.byte_to_id[b as usize]).collect(), merges)
+}
+
+/// BPE from the symbols `state` with `merges` (lowest rank first, leftmost on ties), as both of
+/// the runtime's encoders run it on a piece or segment, recording every token that appears:
+/// returns (tokens seen, final tokens).
+pub fn bpe_run(mut state: Vec<u32>, merges: &MergeMap) -> (BTreeSet<u32>, Vec<u32>) {
     let mut seen: BTreeSet<u32> = state.iter().copied().collect();
     loop {
         // (rank, position, result) of the lowest-rank pair, the leftmost on ties
@@ -153,6 +161,52 @@ pub fn isolated_run(tables: &BpeTables, merges: &MergeMap, bytes: &[u8]) -> (BTr
     (seen, state)
 }
 
+/// Step 1 of [`keep_set`] (shared with [`crate::sp_prune`]): the text's encoding by the full
+/// tokenizer, how often each token occurs, and the selected tokens (all, or the N most frequent:
+/// equal counts, the lower id first).
+pub struct Selection {
+    /// The encoding.
+    pub ids: Vec<u32>,
+    /// Occurrences of each token of it.
+    pub counts: HashMap<u32, usize>,
+    /// The selected tokens, most frequent first.
+    pub selected: Vec<u32>,
+}
+
+impl Selection {
+    /// Encodes `keep.text` with `full` and selects.
+    pub fn new(full: &Tokenizer<'_>, keep: &KeepVocab) -> Result<Self> {
+        let mut ids = vec![0u32; full.max_encoded_len(keep.text.len()).max(1)];
+        let n = full.encode(&keep.text, &mut ids).map_err(|e| anyhow::anyhow!("encoding {}: {e}", keep.origin))?;
+        ids.truncate(n);
+        let mut counts: HashMap<u32, usize> = HashMap::new();
+        for &id in &ids {
+            *counts.entry(id).or_default() += 1;
+        }
+        let mut by_count: Vec<(u32, usize)> = counts.iter().map(|(&id, &c)| (id, c)).collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let selected: Vec<u32> = match keep.most_frequent {
+            Some(n) => by_count.iter().take(n).map(|&(id, _)| id).collect(),
+            None => by_count.iter().map(|&(id, _)| id).collect(),
+        };
+        Ok(Self { ids, counts, selected })
+    }
+
+    /// The [`KeepSet`] of `kept` (closure included), `roots` the tokens kept before the closure.
+    pub fn keep_set(&self, kept: BTreeSet<u32>, roots: &BTreeSet<u32>, specials: Vec<u32>) -> KeepSet {
+        let selected_set: BTreeSet<u32> = self.selected.iter().copied().collect();
+        KeepSet {
+            closure_only: kept.difference(roots).count(),
+            kept: kept.into_iter().collect(),
+            text_tokens: self.ids.len(),
+            distinct: self.counts.len(),
+            selected: self.selected.len(),
+            covered_tokens: self.ids.iter().filter(|id| selected_set.contains(id)).count(),
+            specials,
+        }
+    }
+}
+
 /// Computes the kept vocabulary: the tokens of `keep.text` encoded by the full tokenizer
 /// (`full`, packed from `tables`), or the most frequent of them, plus the 256 byte tokens, the
 /// `specials`, and the closure (see the [module docs](self)). `model_vocab` is the model's
@@ -165,19 +219,8 @@ pub fn keep_set(tables: &BpeTables, full: &Tokenizer<'_>, keep: &KeepVocab, spec
         tables.tokens.len()
     );
     // 1. The text's encoding by the full tokenizer, and how often each token occurs.
-    let mut ids = vec![0u32; keep.text.len().max(1)];
-    let n = full.encode(&keep.text, &mut ids).with_context(|| format!("encoding {}", keep.origin))?;
-    ids.truncate(n);
-    let mut counts: HashMap<u32, usize> = HashMap::new();
-    for &id in &ids {
-        *counts.entry(id).or_default() += 1;
-    }
-    let mut by_count: Vec<(u32, usize)> = counts.iter().map(|(&id, &c)| (id, c)).collect();
-    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let selected: Vec<u32> = match keep.most_frequent {
-        Some(n) => by_count.iter().take(n).map(|&(id, _)| id).collect(),
-        None => by_count.iter().map(|&(id, _)| id).collect(),
-    };
+    let sel = Selection::new(full, keep)?;
+    let (counts, selected) = (&sel.counts, &sel.selected);
 
     // 2. Bytes and specials.
     let mut specials: Vec<u32> = specials.iter().chain(&tables.added).copied().collect();
@@ -205,18 +248,7 @@ pub fn keep_set(tables: &BpeTables, full: &Tokenizer<'_>, keep: &KeepVocab, spec
     if let Some(&bad) = kept.iter().find(|&&id| id >= model_vocab) {
         bail!("the tokenizer's token {bad} is outside the model's vocabulary ({model_vocab} tokens)");
     }
-    let selected_set: BTreeSet<u32> = selected.iter().copied().collect();
-    let closure_only = kept.difference(&roots).count();
-    let covered_tokens = ids.iter().filter(|id| selected_set.contains(id)).count();
-    Ok(KeepSet {
-        kept: kept.into_iter().collect(),
-        text_tokens: ids.len(),
-        distinct: counts.len(),
-        selected: selected.len(),
-        covered_tokens,
-        specials,
-        closure_only,
-    })
+    Ok(sel.keep_set(kept, &roots, specials))
 }
 
 /// The tables of the pruned tokenizer: the kept tokens under their new ids, the byte table

@@ -264,8 +264,10 @@ pub const TOKENIZER_TEXT: [&str; 2] = [include_str!("../../models/stories/storie
 /// heads, a gated MLP, RMSNorm weights 1, and `lm_head.weight` only when untied; beside it a
 /// SentencePiece BPE tokenizer of the model's vocabulary size (`tokenizer.model`,
 /// `tokenizer_config.json`: byte fallback, BOS 1, EOS 2, as Llama 2's), trained on
-/// [`TOKENIZER_TEXT`] by [`crate::sp_train`]. When that text cannot give so many pieces (it gives
-/// about 16,400), no tokenizer is written and `NO_TOKENIZER.txt` in the folder says why.
+/// [`TOKENIZER_TEXT`] by [`crate::sp_train`]: that text gives about 16,400 pieces by training,
+/// and the trainer completes larger vocabularies (stories15m's and stories42m's 32,000) with
+/// pieces made of two trained ones. Should training fail all the same, no tokenizer is written
+/// and `NO_TOKENIZER.txt` in the folder says why.
 fn write_random_llama(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
     let params = write_random_llama_weights(dir, shape, seed)?;
     let text = TOKENIZER_TEXT.join("\n");

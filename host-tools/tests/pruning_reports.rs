@@ -127,3 +127,50 @@ fn accuracy_compares_pruned_with_full() {
     // the same text: the scored bytes differ only by the first tokens' lengths (never scored)
     assert!(rows[0].scored_bytes.abs_diff(rows[1].scored_bytes) < 16, "{rows:?}");
 }
+
+/// A random Llama with a 32,000-piece SentencePiece tokenizer (`random` completes it, as for
+/// stories15m), small enough to convert quickly: 1 layer, 16 wide.
+fn llama_checkpoint(name: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("host-tools-pruning-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write_random(&dir, RandomShape::llama(1, 16, 2, 1, 32, 32000, 64), 12).unwrap();
+    assert!(dir.join("tokenizer.model").is_file(), "random writes a tokenizer of 32,000 pieces");
+    Scratch(dir)
+}
+
+#[test]
+fn sentencepiece_pruning_reports_and_errors() {
+    let dir = llama_checkpoint("sp");
+    let blob = dir.0.join("pruned.blob");
+    let stories_path = root().join("models/stories/stories.txt");
+    let (ok, _, err) = host_tools(&["convert", "--dtype", "q8", "--keep-vocab", stories_path.to_str().unwrap(), "-o", blob.to_str().unwrap()], &dir.0);
+    assert!(ok, "{err}");
+    let summary = err.lines().find(|l| l.starts_with("vocabulary pruned to ")).unwrap_or_else(|| panic!("no summary in:\n{err}"));
+    assert!(summary.contains(" of 32000 tokens: ") && summary.contains("the 256 byte tokens, 3 special(s)"), "{summary}");
+    let full = convert(&dir.0, &ConvertOptions { dtype: WeightDType::Q8, ..ConvertOptions::default() }).unwrap();
+    let pruned = std::fs::read(&blob).unwrap();
+    let saved: i64 = summary.split("saves about ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let real = full.blob.len() as i64 - pruned.len() as i64;
+    assert!((saved - real).abs() <= 3 * 64, "{summary}: the blobs differ by {real} bytes");
+    let kept = host_tools::blob_file::BlobFile::from_bytes(&pruned).model().unwrap().config().vocab_size;
+    assert!((1000..5000).contains(&kept), "{summary}");
+    assert!(inspect(&pruned, None).unwrap().contains(&format!("vocabulary pruned: {kept} of the source vocabulary's 32000 tokens kept")));
+
+    // accuracy --keep-vocab: on the keep text the pruned models see the full model's pieces
+    let rows = measure_pruning(&dir.0, &stories(), &keep(None), None, 200, 32).unwrap();
+    assert!(rows.iter().all(|r| r.same_encoding && r.scored == 200), "{rows:?}");
+    assert!(rows[1].nll_sum < rows[0].nll_sum, "{rows:?}");
+
+    // a tokenizer larger than the model (32,000 pieces for 2,000 rows): one line with the
+    // numbers, no panic
+    let small = std::env::temp_dir().join(format!("host-tools-pruning-{}-sp-small", std::process::id()));
+    let _ = std::fs::remove_dir_all(&small);
+    write_random(&small, RandomShape::llama(1, 16, 2, 1, 32, 2000, 64), 12).unwrap();
+    let small = Scratch(small);
+    for f in ["tokenizer.model", "tokenizer_config.json"] {
+        std::fs::copy(dir.0.join(f), small.0.join(f)).unwrap();
+    }
+    let (ok, _, err) = host_tools(&["convert", "--keep-vocab", stories_path.to_str().unwrap(), "-o", "/tmp/never.blob"], &small.0);
+    assert!(!ok && err.trim_end().lines().count() == 1 && !err.contains("panicked"), "{err}");
+    assert!(err.contains("32000") && err.contains("2000"), "{err}");
+}

@@ -11,6 +11,11 @@
 //! The model: random GPT-Neo checkpoints (`host-tools random`: 2 layers, 32 wide, 8 heads of 4,
 //! window 8, GPT-2's 50257 tokens; one with an untied `lm_head`) with GPT-2's tokenizer
 //! (`tests/fixtures/gpt2-tokenizer`), pruned to the story text `models/stories/stories.txt`.
+//!
+//! SentencePiece vocabularies (`host-tools/src/sp_prune.rs`), the same claims: `models/llama`
+//! (a trained Llama with a 2048-piece SentencePiece BPE, tied head; f32 and q8) and the
+//! `llama_gqa` fixture (512 pieces, untied head), pruned to the same story text.
+//!
 //! Run: `cargo test -p reference-tests --test pruning`.
 
 use std::path::{Path, PathBuf};
@@ -74,8 +79,12 @@ struct Pair {
 }
 
 fn pair(dir: &Path, dtype: WeightDType, most_frequent: Option<usize>) -> Pair {
+    pair_with(dir, dtype, keep(most_frequent))
+}
+
+fn pair_with(dir: &Path, dtype: WeightDType, keep: KeepVocab) -> Pair {
     let full = convert(dir, &ConvertOptions { dtype, ..ConvertOptions::default() }).unwrap();
-    let pruned = convert(dir, &ConvertOptions { dtype, keep_vocab: Some(keep(most_frequent)), ..ConvertOptions::default() }).unwrap();
+    let pruned = convert(dir, &ConvertOptions { dtype, keep_vocab: Some(keep), ..ConvertOptions::default() }).unwrap();
     Pair { full: BlobFile::from_bytes(&full.blob), pruned: BlobFile::from_bytes(&pruned.blob) }
 }
 
@@ -119,7 +128,7 @@ fn top300_pair() -> &'static Pair {
 }
 
 fn encode(tok: &Tokenizer<'_>, text: &str) -> Vec<u32> {
-    let mut out = vec![0; text.len().max(1)];
+    let mut out = vec![0; tok.max_encoded_len(text.len())];
     let n = tok.encode(text, &mut out).unwrap_or_else(|e| panic!("encode({text:?}): {e}"));
     out.truncate(n);
     out
@@ -136,7 +145,11 @@ fn check_text(full: &Model<'_>, pruned: &Model<'_>, text: &str) -> bool {
     let (ft, pt) = (full.tokenizer().unwrap(), pruned.tokenizer().unwrap());
     let f = encode(ft, text);
     let p = encode(pt, text);
-    assert_eq!(decode(pt, &p), text.as_bytes(), "(b) round trip of {text:?}");
+    // (b): the same bytes back (SentencePiece: the normalized text, as the full tokenizer gives)
+    assert_eq!(decode(pt, &p), decode(ft, &f), "(b) round trip of {text:?}");
+    if ft.as_sentencepiece().is_none() {
+        assert_eq!(decode(pt, &p), text.as_bytes(), "(b) round trip of {text:?}");
+    }
     let as_source: Vec<u32> = p.iter().map(|&id| pruned.source_id(id).unwrap()).collect();
     let covered = f.iter().all(|&id| pruned.id_from_source(id).is_some());
     if covered {
@@ -336,6 +349,161 @@ fn claim_c_sampling_the_pruned_model_is_sampling_the_renormalised_full_one() {
             assert_eq!(pruned.source_id(tp), Some(tf), "{cfg:?}: step {step}");
             lf = sessions[0].decode(tf).unwrap().to_vec();
             lp = sessions[1].decode(tp).unwrap().to_vec();
+        }
+    }
+}
+
+// ---- SentencePiece vocabularies -----------------------------------------------------------------------
+
+/// The SentencePiece pairs: `models/llama` (f32, q8, and f32 with `--vocab-size 300`) pruned to
+/// the story text, and the untied `llama_gqa` fixture (f32) pruned to its first 1000 bytes
+/// ([`gqa_keep_text`]: its 512 pieces are all in the whole text's encoding).
+struct SpPairs {
+    f32: Pair,
+    q8: Pair,
+    top300: Pair,
+    untied: Pair,
+}
+
+fn sp_pairs() -> &'static SpPairs {
+    static P: OnceLock<SpPairs> = OnceLock::new();
+    P.get_or_init(|| {
+        let llama = workspace_root().join("models/llama");
+        let gqa = reference_tests::fixture_dir("llama_gqa");
+        SpPairs {
+            f32: pair(&llama, WeightDType::F32, None),
+            q8: pair(&llama, WeightDType::Q8, None),
+            top300: pair(&llama, WeightDType::F32, Some(300)),
+            untied: pair_with(&gqa, WeightDType::F32, KeepVocab { text: gqa_keep_text().into(), origin: "stories.txt[..1000]".into(), most_frequent: None }),
+        }
+    })
+}
+
+fn gqa_keep_text() -> &'static str {
+    let text = stories();
+    let mut end = 1000;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[test]
+fn sp_the_blob_records_the_kept_pieces() {
+    for (what, p, source_v) in [("models/llama", &sp_pairs().f32, 2048), ("llama_gqa", &sp_pairs().untied, 512)] {
+        let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+        assert!(pruned.is_pruned());
+        assert_eq!(pruned.source_vocab_size() as usize, source_v);
+        let v = pruned.config().vocab_size;
+        assert!(v > 259 && (v as usize) < source_v, "{what}: kept {v} pieces");
+        // <unk> <s> </s> and the 256 byte pieces keep their ids 0..=258
+        for id in 0..259 {
+            assert_eq!(pruned.source_id(id), Some(id), "{what}");
+        }
+        let (ft, pt) = (full.tokenizer().unwrap(), pruned.tokenizer().unwrap());
+        let (fs, ps) = (ft.as_sentencepiece().unwrap(), pt.as_sentencepiece().unwrap());
+        assert_eq!((pt.bos_id(), pt.eos_id(), pt.unk_id()), (Some(1), Some(2), Some(0)), "{what}");
+        assert_eq!((pruned.config().bos_token_id, pruned.config().eos_token_id), (1, 2));
+        assert_eq!(pt.prompt_prefix(), ft.prompt_prefix());
+        for id in 0..v {
+            let src = pruned.source_id(id).unwrap();
+            assert_eq!(pt.token_bytes(id), ft.token_bytes(src), "{what}: piece {id} (source {src})");
+            assert_eq!(ps.piece_type(id), fs.piece_type(src), "{what}: piece {id} (source {src})");
+        }
+        assert!(ps.n_merges() < fs.n_merges());
+        assert_eq!((pruned.wte().rows, full.wte().rows), (v as usize, source_v));
+    }
+}
+
+#[test]
+fn sp_claim_a_the_keep_text_and_its_substrings_encode_as_with_the_full_vocabulary() {
+    let p = &sp_pairs().f32;
+    let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+    assert!(check_text(&full, &pruned, stories()), "the keep text itself must be covered");
+    let p = &sp_pairs().untied;
+    let (gf, gp) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+    assert!(check_text(&gf, &gp, gqa_keep_text()));
+    assert!(!check_text(&gf, &gp, stories()));
+    // --vocab-size 300: some lines covered, some not
+    let p = &sp_pairs().top300;
+    let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+    assert!(!check_text(&full, &pruned, stories()), "300 pieces cannot cover the whole text");
+    let (mut covered, mut lines) = (0, 0);
+    for line in stories().lines() {
+        lines += 1;
+        covered += usize::from(check_text(&full, &pruned, line));
+    }
+    assert!(covered > 0 && covered < lines, "{covered} of {lines} lines covered by the 300 most frequent pieces");
+    // substrings (cut words start without the dummy prefix's ▁: many are still covered)
+    let p = &sp_pairs().f32;
+    let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+    let text = stories();
+    let bounds: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut covered, n) = (0, 2000);
+    for _ in 0..n {
+        let a = bounds[next() as usize % bounds.len()];
+        let len = 1 + next() as usize % 200;
+        let b = bounds.iter().copied().find(|&b| b >= a + len).unwrap_or(text.len());
+        covered += usize::from(check_text(&full, &pruned, &text[a..b]));
+    }
+    assert!(covered > n / 4 && covered < n, "{covered} of {n} substrings covered");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// (a) on random substrings of the keep text, (b) on any text (bytes for what is not kept).
+    #[test]
+    fn sp_claims_a_and_b_random_texts(start in 0.0f64..1.0, len in 0usize..300, any_text in "(\\PC|[ \\n\\t\u{2581}]){0,80}", which in 0usize..3) {
+        let p = [&sp_pairs().f32, &sp_pairs().top300, &sp_pairs().untied][which];
+        let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+        let text = stories();
+        let floor = |mut i: usize| { while !text.is_char_boundary(i) { i -= 1; } i };
+        let a = floor(((text.len() as f64) * start) as usize);
+        let b = floor((a + len).min(text.len()));
+        check_text(&full, &pruned, &text[a..b]);
+        check_text(&full, &pruned, &any_text);
+    }
+}
+
+#[test]
+fn sp_claim_b_other_texts_round_trip() {
+    let p = &sp_pairs().f32;
+    let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+    let mixed = "naïve café — 東京 🚀 <s> \u{0}\u{7f} x².  \n\n\t tabs   and   spaces   \u{2581}";
+    let val = std::fs::read_to_string(workspace_root().join("models/default/val.txt")).unwrap();
+    for text in [mixed, &val[..20_000]] {
+        assert!(!check_text(&full, &pruned, text), "this text needs pieces the stories do not");
+    }
+}
+
+/// (c): each kept piece's logit equals the full model's bit for bit at every position of a
+/// story prompt (BOS first): tied head f32 and q8, untied head f32.
+#[test]
+fn sp_claim_c_logits_at_kept_pieces_are_the_full_models() {
+    let sp = sp_pairs();
+    for (what, p, keep_text) in [("f32", &sp.f32, stories()), ("q8", &sp.q8, stories()), ("f32, untied head", &sp.untied, gqa_keep_text())] {
+        let (full, pruned) = (p.full.model().unwrap(), p.pruned.model().unwrap());
+        // BOS, then the keep text's first pieces (all kept), as many as the context holds (≤ 100)
+        let mut ids = vec![full.tokenizer().unwrap().bos_id().unwrap()];
+        ids.extend(encode(full.tokenizer().unwrap(), keep_text));
+        ids.truncate((full.config().n_ctx as usize).min(100));
+        assert!(ids.len() > 40, "{what}: {} ids", ids.len());
+        let new_ids: Vec<u32> = ids.iter().map(|&s| pruned.id_from_source(s).unwrap()).collect();
+        let (lf, lp) = (logits(&full, &ids), logits(&pruned, &new_ids));
+        for (pos, (f, p)) in lf.iter().zip(&lp).enumerate() {
+            assert_eq!(p.len(), pruned.config().vocab_size());
+            for (id, &l) in p.iter().enumerate() {
+                let src = pruned.source_id(id as u32).unwrap() as usize;
+                assert_eq!(l.to_bits(), f[src].to_bits(), "{what}: position {pos}, piece {id} (source {src}): {l} vs {}", f[src]);
+            }
         }
     }
 }

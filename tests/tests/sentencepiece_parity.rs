@@ -7,7 +7,10 @@
 //! - `hf`: the `tokenizer.json` transformers converts it into (a `Metaspace` pre-tokenizer);
 //! - `hf_legacy`: the same in Llama 2's layout (`Prepend` + `Replace` normalizer);
 //! - `no_fallback_rew`: no byte fallback, `remove_extra_whitespaces` (400 pieces);
-//! - `trained`: this project's trainer (`host-tools train-tokenizer`, 600 pieces).
+//! - `trained`: this project's trainer (`host-tools train-tokenizer`, 600 pieces);
+//! - the completed vocabulary of `host-tools random --preset stories15m` (32,000 pieces, about
+//!   half of them completed from two trained pieces each): trained again here, checked against
+//!   the digest in `completed.json`, and its ids against sentencepiece's and transformers'.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -315,15 +318,17 @@ fn errors_carry_the_numbers() {
 
 // ---- a blob with a SentencePiece tokenizer ------------------------------------------------------------
 
+/// A random GPT-2 checkpoint (1 layer, 16 wide) with 1000 tokens, the SentencePiece fixtures'
+/// size, in `dir` (weights and config only).
+fn random_gpt2_1000(dir: &Path) {
+    host_tools::random::write_random(dir, host_tools::random::RandomShape::gpt2(1, 16, 2, 1000, 32), 3).unwrap();
+}
+
 #[test]
 fn a_converted_checkpoint_carries_the_sentencepiece_tokenizer() {
-    // The `odd` GPT-2 fixture has vocab_size 1001, enough for the 1000 pieces.
+    // A random GPT-2 with the 1000 pieces' vocabulary size (convert requires them equal).
     let dir = std::env::temp_dir().join(format!("sp-convert-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let odd = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("odd");
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(odd.join(f), dir.join(f)).unwrap();
-    }
+    random_gpt2_1000(&dir);
     for f in ["tokenizer.model", "tokenizer_config.json"] {
         std::fs::copy(fixtures().join("model").join(f), dir.join(f)).unwrap();
     }
@@ -336,8 +341,54 @@ fn a_converted_checkpoint_carries_the_sentencepiece_tokenizer() {
     let tok = model.tokenizer().unwrap();
     assert!(tok.as_sentencepiece().is_some());
     assert_eq!(encode(tok, "Hello world"), encode(&tokenizer("model"), "Hello world"));
-    let e = format!("{:#}", pruned.err().unwrap());
-    assert!(e.contains("not supported for SentencePiece"), "{e}");
+    // pruned to "the" (tests/tests/pruning.rs has the claims): the same pieces, as source ids
+    let pruned = pruned.unwrap().blob;
+    let pruned = runtime::Model::from_blob(&pruned).unwrap();
+    let ids: Vec<u32> = encode(pruned.tokenizer().unwrap(), "the").iter().map(|&id| pruned.source_id(id).unwrap()).collect();
+    assert_eq!(ids, encode(&tokenizer("model"), "the"));
+    assert!(pruned.config().vocab_size < 300, "{}", pruned.config().vocab_size);
+}
+
+/// Pruning a `tokenizer.json` SentencePiece vocabulary (ranked merges, a `Metaspace`
+/// pre-tokenizer) and a `tokenizer.model` one to the story text: the text and each of its lines
+/// whose full encoding is kept encode to the same pieces (as source ids), other text to the same
+/// bytes.
+#[test]
+fn tokenizer_json_and_model_vocabularies_prune_to_a_text() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let stories = std::fs::read_to_string(root.join("models/stories/stories.txt")).unwrap();
+    let val = std::fs::read_to_string(root.join("models/default/val.txt")).unwrap();
+    for (name, files) in [("hf", &["tokenizer.json", "tokenizer_config.json"][..]), ("hf_legacy", &["tokenizer.json"][..]), ("model", &["tokenizer.model", "tokenizer_config.json"][..])] {
+        let dir = std::env::temp_dir().join(format!("sp-prune-{name}-{}", std::process::id()));
+        random_gpt2_1000(&dir);
+        for f in files {
+            std::fs::copy(fixtures().join(name).join(f), dir.join(f)).unwrap();
+        }
+        let keep = host_tools::prune::KeepVocab { text: stories.clone(), origin: "stories".into(), most_frequent: None };
+        let blob = host_tools::convert::convert(&dir, &host_tools::convert::ConvertOptions { keep_vocab: Some(keep), ..Default::default() });
+        std::fs::remove_dir_all(&dir).unwrap();
+        let blob = blob.unwrap_or_else(|e| panic!("{name}: {e:#}")).blob;
+        let pruned = runtime::Model::from_blob(&blob).unwrap();
+        let (full, tok) = (tokenizer(name), pruned.tokenizer().unwrap());
+        assert!(tok.vocab_size() < full.vocab_size(), "{name}");
+        // (a line alone starts with the dummy prefix's ▁, which the whole text has not there:
+        // only the lines whose full encoding is kept are checked)
+        let mut covered = 0;
+        for text in std::iter::once(stories.as_str()).chain(stories.lines()) {
+            let want = encode(&full, text);
+            if want.iter().all(|&id| pruned.id_from_source(id).is_some()) {
+                let ids: Vec<u32> = encode(tok, text).iter().map(|&id| pruned.source_id(id).unwrap()).collect();
+                assert_eq!(ids, want, "{name}: {text:?}");
+                covered += 1;
+            } else {
+                assert_eq!(decode(tok, &encode(tok, text)), decode(&full, &want), "{name}: {text:?}");
+            }
+        }
+        assert!(covered > 10, "{name}: {covered} lines covered");
+        let other = &val[..5000];
+        assert_eq!(decode(tok, &encode(tok, other)), decode(&full, &encode(&full, other)), "{name}");
+        assert_ne!(encode(tok, other).len(), encode(&full, other).len(), "{name}: other text needs other pieces");
+    }
 }
 
 // ---- random text --------------------------------------------------------------------------------------
@@ -603,4 +654,52 @@ fn the_llama_fixture_converts_with_its_sentencepiece_tokenizer() {
         assert_eq!((m, prompt[0], &prompt[1..m]), (n + 1, 1, &out[..n]), "{text:?} as a prompt");
     }
     assert_eq!(tok.encode_prompt("a", &mut []), Err(runtime::Error::BufferTooSmall { needed: 1, available: 0 }));
+}
+
+// ---- a completed vocabulary (host-tools random --preset stories15m / stories42m) ------------------
+
+/// The 32,000-piece tokenizer `host-tools random --preset stories15m` writes: trained on the
+/// repository's text until no pair is left, then completed (`host_tools::sp_train`, step 5).
+/// `completed.json` has sentencepiece's and transformers' ids for it (the model itself is not
+/// committed: it is made again here, and its digest must be the one the ids were made with).
+#[test]
+fn a_completed_vocabulary_encodes_as_sentencepiece_and_transformers_do() {
+    let path = fixtures().join("completed.json");
+    let case: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; {HINT}", path.display()))).unwrap();
+    let text = host_tools::random::TOKENIZER_TEXT.join("\n");
+    let model = host_tools::sp_train::train_sentencepiece_bpe(&text, 32000).unwrap();
+    let hash = model.iter().fold(0u64, |h, &b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    assert!(
+        (model.len() as u64, format!("{hash:016x}").as_str()) == (case["model_bytes"].as_u64().unwrap(), case["model_hash"].as_str().unwrap()),
+        "the trainer makes another 32,000-piece model than completed.json was made from; {HINT} --completed-only"
+    );
+    let config = host_tools::sp_pack::TokenizerConfig::parse(&host_tools::sp_train::llama_tokenizer_config_json()).unwrap();
+    let parsed = host_tools::sp_model::SpModel::parse(&model).unwrap();
+    let section = host_tools::sp_pack::SpTables::from_model(&parsed, &config).unwrap().section().unwrap();
+    let tok = Tokenizer::from_bytes(&section).unwrap();
+    assert_eq!(tok.vocab_size(), 32000);
+    let (sp, hf) = (case["encode"].as_array().unwrap(), case["transformers_ids"].as_array().unwrap());
+    let mut failures = Vec::new();
+    for (i, text) in strings().into_iter().enumerate() {
+        let (want, got) = (ids(&sp[i]), encode(&tok, text));
+        if want != got {
+            failures.push(format!("string {i} {text:?}:\n  sentencepiece {}\n  runtime       {}", show(&tok, &want), show(&tok, &got)));
+        }
+        // transformers: BOS, then the same ids (but for its Metaspace conversion's leading space)
+        let mut ours = vec![tok.prompt_prefix().unwrap()];
+        ours.extend(got);
+        if !text.starts_with([' ', '\u{2581}']) {
+            assert_eq!(ids(&hf[i]), ours, "transformers, string {i} {text:?}");
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} strings differ ({HINT}):\n{}", failures.len(), strings().len(), failures.join("\n"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for (file, expected) in case["files"].as_object().unwrap() {
+        let ids = encode(&tok, &std::fs::read_to_string(root.join(file)).unwrap());
+        let hash = ids.iter().fold(0u64, |h, &id| h.wrapping_mul(31).wrapping_add(u64::from(id)));
+        assert_eq!((ids.len() as u64, format!("{hash:016x}")), (expected["n"].as_u64().unwrap(), expected["hash"].as_str().unwrap().to_string()), "{file}");
+    }
+    // the completed pieces are used: some ids lie above the ~16,100 trained pieces and below the
+    // single characters at the end
+    assert!(sp.iter().flat_map(|ids| ids.as_array().unwrap()).any(|id| (16_500..31_500).contains(&id.as_u64().unwrap())));
 }

@@ -4,7 +4,8 @@
 //! error that names it), `host detokenize`, and generation (new ids, the same text).
 //!
 //! The model: a random GPT-Neo checkpoint (2 layers, 32 wide, window 8, GPT-2's 50257 tokens and
-//! tokenizer) pruned to `models/stories/stories.txt`, once full and once pruned.
+//! tokenizer) pruned to `models/stories/stories.txt`, once full and once pruned; and the same
+//! commands on `models/llama` (a SentencePiece vocabulary of 2048 pieces) pruned to that text.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -143,4 +144,68 @@ fn generation_on_a_pruned_blob_streams_the_text_of_its_ids() {
     let src = last_line(&ok(&["--model", pruned, "--prompt", "Once upon a time", "-n", "24", "--seed", "5", "--ignore-eos", "--print-ids", "--source-ids"]));
     assert_eq!(ok(&["detokenize", "--model", pruned, "--ids", &src, "--source-ids"]), text);
     assert_ne!(src, ids);
+}
+
+// ---- a SentencePiece vocabulary: models/llama -------------------------------------------------
+
+/// (full blob, pruned blob) of `models/llama` (f32), as files.
+fn sp_blobs() -> &'static (String, String) {
+    static B: OnceLock<(String, String)> = OnceLock::new();
+    B.get_or_init(|| {
+        let src = root().join("models/llama");
+        let dir = std::env::temp_dir().join(format!("host-pruned-sp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = std::fs::read_to_string(root().join("models/stories/stories.txt")).unwrap();
+        let keep = KeepVocab { text, origin: "stories.txt".into(), most_frequent: None };
+        let write = |name: &str, keep: Option<KeepVocab>| {
+            let conv = convert(&src, &ConvertOptions { dtype: WeightDType::F32, keep_vocab: keep, ..ConvertOptions::default() }).unwrap();
+            let path = dir.join(name);
+            std::fs::write(&path, conv.blob).unwrap();
+            path.to_str().unwrap().to_string()
+        };
+        (write("full.blob", None), write("pruned.blob", Some(keep)))
+    })
+}
+
+#[test]
+fn sentencepiece_tokenize_logits_and_detokenize_take_source_ids() {
+    let (full, pruned) = sp_blobs();
+    // tokenize: the full vocabulary's ids (BOS 1 first with --bos), from the pruned blob
+    for bos in [&[][..], &["--bos"][..]] {
+        let mut args = vec!["tokenize", "--model", full.as_str(), "--text", STORY];
+        args.extend(bos);
+        let want = last_line(&ok(&args));
+        args[2] = pruned;
+        let own = last_line(&ok(&args));
+        args.push("--source-ids");
+        assert_eq!(last_line(&ok(&args)), want, "{bos:?}");
+        assert_ne!(own, want);
+        // detokenize takes either
+        assert_eq!(ok(&["detokenize", "--model", pruned, "--ids", &own]), format!("{STORY}\n"));
+        assert_eq!(ok(&["detokenize", "--model", pruned, "--ids", &want, "--source-ids"]), format!("{STORY}\n"));
+    }
+    // logits: [n, 2048], the kept columns bit-identical, the others -inf
+    let ids = last_line(&ok(&["tokenize", "--model", full, "--text", STORY, "--bos"]));
+    let n = ids.split(',').count() as u64;
+    let dir = std::env::temp_dir();
+    let (f_npy, p_npy) = (dir.join(format!("host-pruned-sp-f-{}.npy", std::process::id())), dir.join(format!("host-pruned-sp-p-{}.npy", std::process::id())));
+    ok(&["logits", "--model", full, "--ids", &ids, "--out", f_npy.to_str().unwrap()]);
+    ok(&["logits", "--model", pruned, "--ids", &ids, "--source-ids", "--out", p_npy.to_str().unwrap()]);
+    let ((fs, f), (ps, p)) = (read_npy(&f_npy), read_npy(&p_npy));
+    assert_eq!((fs, ps), (vec![n, 2048], vec![n, 2048]));
+    let kept = (0..2048).filter(|&c| p[c].is_finite()).count();
+    assert!(kept > 259 && kept < 2048, "{kept} finite columns");
+    for (i, (a, b)) in p.iter().zip(&f).enumerate() {
+        if p[i % 2048].is_finite() {
+            assert_eq!(a.to_bits(), b.to_bits(), "row {} column {}: pruned {a} vs full {b}", i / 2048, i % 2048);
+        } else {
+            assert_eq!(*a, f32::NEG_INFINITY, "row {} column {}", i / 2048, i % 2048);
+        }
+    }
+    // a source id that was pruned: one line naming it
+    let dropped = (259..2048).find(|&c| !p[c].is_finite()).unwrap().to_string();
+    let out = host(&["detokenize", "--model", pruned, "--ids", &format!("1,{dropped}"), "--source-ids"]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success() && err.trim_end().lines().count() == 1, "{err}");
+    assert!(err.contains(&format!("source token id {dropped} was pruned")), "{err}");
 }
