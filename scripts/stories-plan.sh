@@ -45,8 +45,10 @@ for preset in "${PRESETS[@]}"; do
         ram="$(sed -n 's/^RAM: //p' <<< "$report")"
         ctx="$(sed -n 's/^largest context that fits: \([0-9]*\).*/\1/p' <<< "$report")"
         cell=""
-        case "$flash" in fits*) ;; *) cell+="flash short $(sed 's/^does not fit by \(.*\) B$/\1/' <<< "$flash") B";; esac
-        case "$ram" in fits*) ;; *) cell+="${cell:+; }RAM short $(sed 's/^does not fit by \([0-9,]*\) B.*/\1/' <<< "$ram") B";; esac
+        # "does not fit by N B" or "does not fit by N B in REGION"
+        short() { sed 's/^does not fit by \([0-9,]*\) B\( in \(.*\)\)\{0,1\}$/\1 B\2/' <<< "$1"; }
+        case "$flash" in fits*) ;; *) cell+="flash short $(short "$flash")";; esac
+        case "$ram" in fits*) ;; *) cell+="${cell:+; }RAM short $(short "$ram")";; esac
         [ -n "$cell" ] && cell="**no**: $cell" || cell="fits (ctx ${ctx:-?})"
         row+=" $cell |"
       done
