@@ -2698,6 +2698,10 @@ impl Avx2Quant {
             // within 16 bytes: the 8 even positions, then the 8 odd ones
             let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
             let sw = *wsc.add(g);
+            // all ones in lane g % 8: the term broadcast and masked is the term there and +0.0
+            // in the other lanes (built in registers: a vector stored lane by lane and loaded
+            // whole stalls on store forwarding)
+            let lane = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32((g % AVX2_BLOCK) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
             for (t, acc) in acc.iter_mut().enumerate().take(nt) {
                 let t = t0 + t;
                 let (even, odd) = if paired {
@@ -2712,11 +2716,9 @@ impl Avx2Quant {
                 let s16 = _mm_add_epi16(_mm_maddubs_epi16(we, even), _mm_maddubs_epi16(wo, odd));
                 let s32 = _mm_madd_epi16(s16, _mm_set1_epi16(1));
                 let s2 = _mm_add_epi32(s32, _mm_unpackhi_epi64(s32, s32));
-                let isum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2))) - 8 * *sums.add(t * gpr + g);
+                let isum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2))).wrapping_sub(8i32.wrapping_mul(*sums.add(t * gpr + g)));
                 let term = isum as f32 * (sw * *xs.add(t * gpr + g));
-                let mut lanes = [0.0f32; 8];
-                lanes[g % AVX2_BLOCK] = term;
-                *acc = _mm256_add_ps(*acc, _mm256_loadu_ps(lanes.as_ptr()));
+                *acc = _mm256_add_ps(*acc, _mm256_and_ps(_mm256_set1_ps(term), lane));
             }
         }
     }
