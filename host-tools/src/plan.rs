@@ -133,7 +133,8 @@ pub struct RunState {
     pub activations: u64,
     /// Bytes of the arena's quantized copy of an activation row (`kernels::quant_scratch_len`).
     pub quant_scratch: u64,
-    /// Bytes of the arena's attention scores (one f32 per cached position).
+    /// Bytes of the arena's attention scores (one f32 per cached position and query head of a
+    /// key/value head's group).
     pub scores: u64,
     /// Bytes of the arena's logits (one f32 per vocabulary entry).
     pub logits: u64,
@@ -148,7 +149,7 @@ impl RunState {
         let f32_bytes = size_of::<f32>() as u64;
         let widest = cfg.n_embd().max(cfg.n_inner());
         let quant_scratch = (sizes.batch * kernels::quant_scratch_len(widest, MIN_GROUP)) as u64 * f32_bytes;
-        let scores = ctx as u64 * f32_bytes;
+        let scores = SessionSizes::scores_len(cfg, ctx) as u64 * f32_bytes;
         let logits = cfg.vocab_size() as u64 * f32_bytes;
         let activations = (sizes.arena_bytes() as u64).saturating_sub(quant_scratch + scores + logits);
         let window = (ctx * size_of::<u32>()) as u64;
