@@ -1529,8 +1529,11 @@ pub fn attention_group(out: &mut [f32], q: &[f32], d: usize, kv: &KvHead<'_>, sc
         let (g, s) = (q.len() / d.max(1), kv.len());
         let fits = d >= 4 && keys.width() == d && values.width() == d && out.len() >= g * d && scores.len() >= g * s;
         match g {
-            2 if fits => return attention_group_i8::<2>(out, q, d, (keys, key_scales, values, value_scales), scale, scores),
-            4 if fits => return attention_group_i8::<4>(out, q, d, (keys, key_scales, values, value_scales), scale, scores),
+            // heads of 8 (llama2.c's stories260K, llama-tiny) with the width known: unrolled,
+            // without bounds checks
+            2 if fits && d == 8 => return attention_group_i8::<2, 8>(out, q, d, (keys, key_scales, values, value_scales), scale, scores),
+            2 if fits => return attention_group_i8::<2, 0>(out, q, d, (keys, key_scales, values, value_scales), scale, scores),
+            4 if fits => return attention_group_i8::<4, 0>(out, q, d, (keys, key_scales, values, value_scales), scale, scores),
             _ => {}
         }
     }
@@ -1542,10 +1545,11 @@ pub fn attention_group(out: &mut [f32], q: &[f32], d: usize, kv: &KvHead<'_>, sc
 /// The int8 body of [`attention_group`] for G heads (d ≥ 4, keys and values d wide, `out` of
 /// G·d and `scores` of G·S checked by the caller): [`Attend::scores_i8`], the softmax, the
 /// value scales and `mix_columns::<_, 4>` of the portable build, each key and value widened
-/// once for the G heads.
+/// once for the G heads. `D`: the head width when known at compile time (it must then equal
+/// `d`), else 0.
 #[cfg(any(test, not(all(feature = "std", target_arch = "x86_64"))))]
 #[inline(always)]
-fn attention_group_i8<const G: usize>(
+fn attention_group_i8<const G: usize, const D: usize>(
     out: &mut [f32],
     q: &[f32],
     d: usize,
@@ -1556,6 +1560,7 @@ fn attention_group_i8<const G: usize>(
     let s_len = keys.len();
     let scores = scores.get_mut(..G * s_len).unwrap_or(&mut []);
     let qs: [&[f32]; G] = core::array::from_fn(|g| q.get(g * d..(g + 1) * d).unwrap_or(&[]));
+    let qd: [[f32; D]; G] = qs.map(|q| q.first_chunk::<D>().copied().unwrap_or([0.0; D]));
     // scores, four positions at a time (a last group of fewer repeats its last row; the
     // repeats' sums are dropped), each head's sums in order of i from -0.0
     let mut ks = key_scales.firsts();
@@ -1564,7 +1569,19 @@ fn attention_group_i8<const G: usize>(
         let row = |j: usize| keys.row(start + j.min(n - 1));
         let (k0, k1, k2, k3) = (row(0), row(1), row(2), row(3));
         let mut acc = [[-0.0f32; 4]; G];
-        for (i, (((&b0, &b1), &b2), &b3)) in k0.iter().zip(k1).zip(k2).zip(k3).enumerate().take(d) {
+        if D != 0 {
+            // the same products and adds, in the same order, on arrays of the known width
+            let (q, k) = (qd, [k0, k1, k2, k3].map(|k| k.first_chunk::<D>().copied().unwrap_or([0; D])));
+            for i in 0..D {
+                let b = [k[0][i] as f32, k[1][i] as f32, k[2][i] as f32, k[3][i] as f32];
+                for (a, qg) in acc.iter_mut().zip(&q) {
+                    for (a, &b) in a.iter_mut().zip(&b) {
+                        *a += qg[i] * b;
+                    }
+                }
+            }
+        }
+        for (i, (((&b0, &b1), &b2), &b3)) in k0.iter().zip(k1).zip(k2).zip(k3).enumerate().take(if D != 0 { 0 } else { d }) {
             let b = [b0 as f32, b1 as f32, b2 as f32, b3 as f32];
             for (a, qg) in acc.iter_mut().zip(&qs) {
                 let qi = qg.get(i).copied().unwrap_or(0.0);
@@ -1595,7 +1612,22 @@ fn attention_group_i8<const G: usize>(
     for start in (0..d).step_by(4) {
         let i = start.min(d - 4);
         let mut acc = [[0.0f32; 4]; G];
-        for (s, v) in column(i).take(s_len).enumerate() {
+        if D != 0 && G == 2 {
+            // two heads: their weights side by side, no index checks
+            let (w0, w1) = (ws[0], ws.get(1).copied().unwrap_or(&[]));
+            for ((&w0, &w1), v) in w0.iter().zip(w1).zip(column(i)) {
+                if let Some(v) = v.first_chunk::<4>() {
+                    let v = v.map(|v| v as f32);
+                    for (k, &v) in v.iter().enumerate() {
+                        acc[0][k] += w0 * v;
+                        if let Some(a) = acc.get_mut(1) {
+                            a[k] += w1 * v;
+                        }
+                    }
+                }
+            }
+        }
+        for (s, v) in column(i).take(if D != 0 && G == 2 { 0 } else { s_len }).enumerate() {
             if let Some(v) = v.first_chunk::<4>() {
                 let v = v.map(|v| v as f32);
                 for (a, w) in acc.iter_mut().zip(&ws) {
@@ -2365,11 +2397,16 @@ mod tests {
                             got.iter_mut().for_each(|v| *v = 9.0);
                             let parts = (keys, key_scales, values, value_scales);
                             match g {
-                                2 => attention_group_i8::<2>(&mut got, &q, d, parts, scale, &mut scratch),
-                                4 => attention_group_i8::<4>(&mut got, &q, d, parts, scale, &mut scratch),
-                                _ => attention_group_i8::<3>(&mut got, &q, d, parts, scale, &mut scratch),
+                                2 => attention_group_i8::<2, 0>(&mut got, &q, d, parts, scale, &mut scratch),
+                                4 => attention_group_i8::<4, 0>(&mut got, &q, d, parts, scale, &mut scratch),
+                                _ => attention_group_i8::<3, 0>(&mut got, &q, d, parts, scale, &mut scratch),
                             }
                             assert_eq!(bits(&got), bits(&want), "grouped int8: {what}");
+                            if (g, d) == (2, 8) {
+                                got.iter_mut().for_each(|v| *v = 9.0);
+                                attention_group_i8::<2, 8>(&mut got, &q, d, parts, scale, &mut scratch);
+                                assert_eq!(bits(&got), bits(&want), "grouped int8, D = 8: {what}");
+                            }
                         }
                     }
                 }
