@@ -39,7 +39,8 @@
 //! LDRD needs (never the model's groups) go to a small out-of-line loop here, which keeps the
 //! portable kernel and its sixteen accumulators out of the hot loop's register allocation.
 //! The row kernels take groups of 28 and 32 (what the converter picks for rows of 112·k and
-//! 32·k) and fall back to the portable row loop for anything else.
+//! 32·k) and q8 groups of 172 (llama2.c stories260K's `down_proj` rows, one group each), and
+//! fall back to the portable row loop for anything else.
 //!
 //! `cargo test` cannot run them, so the firmware checks them at boot against naive references
 //! (`boards/firmware-common/src/kernels.rs`: `self_check`, the group kernels on lengths 0 to
