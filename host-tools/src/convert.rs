@@ -88,9 +88,17 @@ pub fn quantize_matrix(data: &[f32], rows: usize, cols: usize, group: usize, fou
 }
 
 /// The group used for a row of `cols`: the largest divisor ≤ `want` and ≥ MIN_GROUP (even for
-/// q4), or None.
+/// q4); where there is none, the smallest larger divisor that is a multiple of 4 (the Cortex-M
+/// kernels read whole words; e.g. 172, the whole row, for llama2.c stories260K's hidden size
+/// 172 = 4·43, where groups of 43 or 86 would not be), else any larger even (q4) divisor; None
+/// only for rows shorter than MIN_GROUP (then the tensor stays f16).
 pub fn pick_group(cols: usize, want: usize, four_bit: bool) -> Option<usize> {
-    (runtime::model::MIN_GROUP..=want.min(cols)).rev().find(|g| cols.is_multiple_of(*g) && (!four_bit || g.is_multiple_of(2)))
+    let min = runtime::model::MIN_GROUP;
+    let fits = |g: &usize| cols.is_multiple_of(*g) && (!four_bit || g.is_multiple_of(2));
+    (min..=want.min(cols)).rev().find(fits).or_else(|| {
+        let above = want.max(min - 1) + 1..=cols;
+        above.clone().find(|g| fits(g) && g.is_multiple_of(4)).or_else(|| above.clone().find(fits))
+    })
 }
 
 /// The result of a conversion.
@@ -513,7 +521,7 @@ pub fn convert_source(source: Source, opts: &ConvertOptions) -> Result<Converted
                         (dtype, quantize_matrix(&data, rows, cols, g, four))
                     }
                     None => {
-                        notes.push(format!("{name}: no quantization group ≥ 8 divides {cols}; kept as f16"));
+                        notes.push(format!("{name}: rows of {cols} are shorter than a quantization group (8); kept as f16"));
                         (DType::F16, f16_bytes(&data))
                     }
                 }
@@ -566,4 +574,25 @@ pub fn convert_source(source: Source, opts: &ConvertOptions) -> Result<Converted
     };
     let blob = write_blob(&contents)?;
     Ok(Converted { blob, notes, config, has_tokenizer, pruning })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_group;
+
+    #[test]
+    fn pick_group_prefers_the_largest_divisor_up_to_the_wish_then_whole_words() {
+        assert_eq!(pick_group(64, 32, false), Some(32));
+        assert_eq!(pick_group(112, 32, false), Some(28));
+        assert_eq!(pick_group(448, 32, true), Some(32));
+        // stories260K's hidden size: 172 = 4·43 has no divisor in 8..=32; 43 and 86 are not
+        // multiples of 4, the row is
+        assert_eq!(pick_group(172, 32, false), Some(172));
+        assert_eq!(pick_group(172, 32, true), Some(172));
+        // no multiple of 4 above the wish: the smallest divisor (even for q4)
+        assert_eq!(pick_group(2 * 37, 32, false), Some(37));
+        assert_eq!(pick_group(2 * 37, 32, true), Some(74));
+        assert_eq!(pick_group(37, 32, true), None);
+        assert_eq!(pick_group(6, 32, false), None);
+    }
 }

@@ -63,7 +63,8 @@ enum Cmd {
         #[arg(long)]
         ctx: Option<u32>,
         /// Quantization group along each row for q8/q4 (per tensor, the largest divisor of the
-        /// row length that is ≤ this and ≥ 8).
+        /// row length that is ≤ this and ≥ 8; where none is, the smallest larger one, preferring
+        /// multiples of 4).
         #[arg(long, default_value_t = 32)]
         group: usize,
         /// Matrices to keep in f32, comma-separated: wte, wpe, lm_head, attn.c_attn,

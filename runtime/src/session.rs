@@ -3,13 +3,15 @@
 //!
 //! ```text
 //! arena (f32): x [B, C] | xn [B, max(C, C_q)] | work [B, max(C_q + 2·C_kv, I·(1|2), C)] | xq [B, Q]
-//!              | rope [B, D] (RoPE only) | scores [capacity] | logits [V]
+//!              | rope [B, D] (RoPE only) | scores [G · capacity] | logits [V]
 //! kv         : per layer (2, cap_l, C_kv) as f32, f16 or int8 (+ scales)     B = tokens per batch
 //!              cap_l = capacity (global layer) or min(capacity, W) (local layer: a ring)
 //! Q = f32 slots to hold one quantized activation row of max(C, C_q, I) for q8/q4 weights
 //!     (`kernels::quant_scratch_len`: int8 values and group scales, or the Cortex-M DSP row
 //!     kernels' int16 layout)
 //! rope = each token's cos | sin of its position's angles (D/2 each), made once per batch
+//! G = query heads per key/value head (H / H_kv; 1 without grouped-query attention): the heads
+//!     of a group attend together ([`kernels::attention_group`]), each with its score row
 //! ```
 //! Sizes come from [`SessionSizes`], a `const fn` of the config, so a board can size its
 //! `static` buffers at compile time.
@@ -96,10 +98,16 @@ impl SessionSizes {
             batch,
             // saturating: a config that passes validation can still overflow a 32-bit usize
             // here; a saturated size then fails `Session::new` as ArenaTooSmall
-            arena_len: batch.saturating_mul(Self::per_token(config)).saturating_add(capacity).saturating_add(config.vocab_size as usize),
+            arena_len: batch.saturating_mul(Self::per_token(config)).saturating_add(Self::scores_len(config, capacity)).saturating_add(config.vocab_size as usize),
             kv_len: KvCache::required_len(kv_dtype, &KvLayout::new(config, capacity)),
             kv_dtype,
         }
+    }
+
+    /// f32 elements of the arena's attention scores: one row of `capacity` for each query head
+    /// of a key/value head's group (the group's heads attend together).
+    pub const fn scores_len(config: &Config, capacity: usize) -> usize {
+        config.kv_group().saturating_mul(capacity)
     }
 
     /// Bytes of the arena.
@@ -216,7 +224,7 @@ impl<'a> Session<'a> {
 
     fn logits_start(&self) -> usize {
         let cfg = self.model.config();
-        self.batch * SessionSizes::per_token(cfg) + self.capacity()
+        self.batch * SessionSizes::per_token(cfg) + SessionSizes::scores_len(cfg, self.capacity())
     }
 
     /// Checks that `tokens` can be appended; nothing is changed when it fails.
@@ -321,7 +329,7 @@ impl<'a> Session<'a> {
         let (work, rest) = take(rest, self.batch * row.work); //       qkv (T, C_q + 2·C_kv) or MLP hidden (T, I or 2·I)
         let (xq, rest) = take(rest, self.batch * row.xq); //           int8 activations for q8/q4
         let (rope, rest) = take(rest, self.batch * row.rope); //       RoPE cos | sin (T, D)
-        let (scores, rest) = take(rest, self.cache.capacity()); //    attention scores (S)
+        let (scores, rest) = take(rest, SessionSizes::scores_len(cfg, self.cache.capacity())); // scores (G, S)
         let (logits, _) = take(rest, cfg.vocab_size()); //             (V)
         let x = x.get_mut(..t_len * c).unwrap_or(&mut []);
 
@@ -376,6 +384,14 @@ impl<'a> Session<'a> {
                 let (q, kv) = qkv_row.split_at(cq);
                 let (k, v) = kv.split_at(ckv);
                 self.cache.store(l, p0 + t, k, v);
+                if !O::ENABLED {
+                    // the G query heads of each key/value head together (each key and value
+                    // read once for them; the bits of one head at a time)
+                    for (kvh, (q, out_g)) in q.chunks_exact(group * d).zip(out.chunks_exact_mut(group * d)).enumerate() {
+                        kernels::attention_group(out_g, q, d, &self.cache.head(l, kvh, p0 + t + 1), scale, scores);
+                    }
+                    continue;
+                }
                 for (h, (q, out_h)) in q.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
                     observe::attention(obs, (l, p0 + t, h), q, (&self.cache, h / group, p0 + t + 1, ring), scale, scores);
                     kernels::attention(out_h, q, &self.cache.head(l, h / group, p0 + t + 1), scale, scores);

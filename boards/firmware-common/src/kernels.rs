@@ -337,9 +337,9 @@ impl core::fmt::Display for LinearMismatch {
     }
 }
 
-/// Group sizes for [`linear_check`]: the ones the row kernels take (28, 32) often, and others
-/// that go to the fallback.
-const CHECK_GROUPS: [usize; 12] = [28, 32, 28, 32, 28, 32, 8, 12, 16, 24, 36, 10];
+/// Group sizes for [`linear_check`]: the ones the row kernels take (28, 32 and, q8 only, 172)
+/// often, and others that go to the fallback.
+const CHECK_GROUPS: [usize; 13] = [28, 32, 28, 32, 28, 32, 172, 8, 12, 16, 24, 36, 10];
 
 /// Groups per row the q8 quad kernels take (`runtime/src/kernels/arm/quads.rs`).
 const QUAD_GROUPS: core::ops::RangeInclusive<usize> = 4..=16;

@@ -39,7 +39,8 @@
 //! LDRD needs (never the model's groups) go to a small out-of-line loop here, which keeps the
 //! portable kernel and its sixteen accumulators out of the hot loop's register allocation.
 //! The row kernels take groups of 28 and 32 (what the converter picks for rows of 112·k and
-//! 32·k) and fall back to the portable row loop for anything else.
+//! 32·k) and q8 groups of 172 (llama2.c stories260K's `down_proj` rows, one group each), and
+//! fall back to the portable row loop for anything else.
 //!
 //! `cargo test` cannot run them, so the firmware checks them at boot against naive references
 //! (`boards/firmware-common/src/kernels.rs`: `self_check`, the group kernels on lengths 0 to
@@ -471,7 +472,7 @@ struct GroupSums([i32; 16]);
 
 /// q8 and q4 [`super::linear`]: rows of 4 to 16 groups through the quad kernels
 /// ([`quads`]), the rest through the row kernels below, for groups of 28 and 32 (what the
-/// converter picks for rows of 112·k and 32·k). Other groups, shapes the kernels do not
+/// converter picks for rows of 112·k and 32·k) and q8 groups of 172 (rows of 172). Other groups, shapes the kernels do not
 /// take (q4 on the DSP build: rows of a multiple of 8 values, so that every row starts on a
 /// word) and short buffers return false, having written only the scratch; the portable loop
 /// with this file's group dots then runs.
@@ -490,6 +491,9 @@ pub(super) fn linear_quant(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f
     match w.data {
         MatrixData::Q8 { values, scales, group: 32 } => m.run::<32, false>(out, x, bytemuck::cast_slice(values), scales, scratch),
         MatrixData::Q8 { values, scales, group: 28 } => m.run::<28, false>(out, x, bytemuck::cast_slice(values), scales, scratch),
+        // one group a row of 172 (what the converter picks for llama2.c stories260K's hidden
+        // size, 4·43, which no group of 8 to 32 divides): 21 steps of 8 and one of 4
+        MatrixData::Q8 { values, scales, group: 172 } => m.run::<172, false>(out, x, bytemuck::cast_slice(values), scales, scratch),
         MatrixData::Q4 { packed, scales, group: 32 } => m.run::<32, true>(out, x, packed, scales, scratch),
         MatrixData::Q4 { packed, scales, group: 28 } => m.run::<28, true>(out, x, packed, scales, scratch),
         _ => false,
