@@ -2446,6 +2446,38 @@ impl Avx2Quant {
         let plain = FULL || group == VNNI_GROUP;
         // decode: the sums of 8 rows at a time reduced together ([`reduce8_avx2`])
         let mut pending = Pending8::new();
+        if NT == 1 && !FULL && group == VNNI_GROUP && full < gpr {
+            // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): 8
+            // rows at a time, their whole blocks row by row, then each last group for the 8
+            // rows at once ([`Self::tail8_q8`]), as `rows_q4` does
+            let mut o = rows.start;
+            while o < rows.end {
+                let n = (rows.end - o).min(8);
+                let mut acc = [[[_mm256_setzero_ps(); NT]; 2]; 8];
+                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
+                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
+                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols), wsc.add((o + r) * gpr)) };
+                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                        unsafe { self.block_q8::<NT>(wrow, wsc, g0, AVX2_BLOCK, None, t0, nt, lo) };
+                        if g0 + AVX2_BLOCK < full {
+                            // SAFETY: as above.
+                            unsafe { self.block_q8::<NT>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t0, nt, hi) };
+                        }
+                    }
+                }
+                for g in full..gpr {
+                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
+                    unsafe { self.tail8_q8(wrows, wsc, o, n, g, t0, &mut acc) };
+                }
+                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
+                    pending.push(o + r, lo[0], hi[0], t0, store);
+                }
+                o += n;
+            }
+            pending.flush(t0, store);
+            return;
+        }
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
             let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
@@ -2481,6 +2513,53 @@ impl Avx2Quant {
             }
         }
         pending.flush(t0, store);
+    }
+
+    /// Group g (of 32) of `n ≤ 8` q8 rows from row o against token t, in one pass, as
+    /// [`Self::tail8_q4`]: two rows' 32 bytes widened to int16 (times 256) a pair of vectors, the
+    /// group's Wide16 runs of 8 in both halves (`vpmaddwd`), each row's exact sum (three
+    /// `vphaddd`, then the 256 shifted off), its float step with its gathered scale, and its
+    /// term added to lane g % 8 of `acc[r]`'s even- or odd-block vector. Rows past n read row o
+    /// again and are not kept.
+    ///
+    /// # Safety
+    /// Rows o..o+n (n ≥ 1) and group g of them (groups of 32) and of token t must exist; AVX2.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tail8_q8<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut [[[__m256; NT]; 2]; 8]) {
+        let Self { cols, gpr, x_stride, wide, xs, .. } = *self;
+        let row = |r: usize| o + if r < n { r } else { 0 };
+        // SAFETY (every raw read): the caller's contract; rows past n read row o.
+        unsafe {
+            let zero = _mm256_setzero_si256();
+            // group g's four runs of 8 int16 sit in the first (g even) or second (g odd) half of
+            // its pair's four vectors
+            let base = wide.add(t * x_stride + 64 * (g / 2) + 8 * (g % 2));
+            let x: [__m256i; 4] = core::array::from_fn(|k| _mm256_broadcastsi128_si256(_mm_loadu_si128(base.add(16 * k).cast())));
+            // rows 2k and 2k+1: four int32 partial sums each (times 256)
+            let m: [__m256i; 4] = core::array::from_fn(|k| {
+                let (a, b) = (wrows.add(row(2 * k) * cols + 32 * g), wrows.add(row(2 * k + 1) * cols + 32 * g));
+                let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.cast())), _mm_loadu_si128(b.cast()));
+                let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.add(16).cast())), _mm_loadu_si128(b.add(16).cast()));
+                let w = [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)];
+                let p: [__m256i; 4] = core::array::from_fn(|j| _mm256_madd_epi16(w[j], x[j]));
+                _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]))
+            });
+            // rows 0, 2, 4, 6 | 1, 3, 5, 7
+            let isum = _mm256_srai_epi32::<8>(_mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3])));
+            let lanes_rows = [0, 2, 4, 6, 1, 3, 5, 7].map(|r| (row(r) * gpr + g) as i32);
+            let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
+            let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(*xs.add(t * gpr + g))));
+            // back to rows 0..8
+            let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            let lane = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32((g % AVX2_BLOCK) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+            let half = usize::from(!(g / AVX2_BLOCK).is_multiple_of(2));
+            for (r, acc) in acc.iter_mut().enumerate().take(n) {
+                let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
+                acc[half][0] = _mm256_add_ps(acc[half][0], _mm256_and_ps(v, lane));
+            }
+        }
     }
 
     /// One block of `ng ≤ 8` groups from group g0 of a q8 row (`wrow`, scales `wsc`) against
@@ -2640,6 +2719,38 @@ impl Avx2Quant {
         let nt = nt.min(NT);
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         let mut pending = Pending8::new();
+        if NT == 1 && full < gpr {
+            // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): 8 rows at a time,
+            // their whole blocks row by row, then each last group for the 8 rows at once
+            // ([`Self::tail8_q4`]: one group alone cost a row about a third of its time)
+            let mut o = rows.start;
+            while o < rows.end {
+                let n = (rows.end - o).min(8);
+                let mut acc = [[[_mm256_setzero_ps(); NT]; 2]; 8];
+                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
+                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
+                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols / 2), wsc.add((o + r) * gpr)) };
+                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                        unsafe { self.block_q4::<NT>(wrow, wsc, g0, t0, nt, lo) };
+                        if g0 + AVX2_BLOCK < full {
+                            // SAFETY: as above.
+                            unsafe { self.block_q4::<NT>(wrow, wsc, g0 + AVX2_BLOCK, t0, nt, hi) };
+                        }
+                    }
+                }
+                for g in full..gpr {
+                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
+                    unsafe { self.tail8_q4(wrows, wsc, o, n, g, t0, &mut acc) };
+                }
+                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
+                    pending.push(o + r, lo[0], hi[0], t0, store);
+                }
+                o += n;
+            }
+            pending.flush(t0, store);
+            return;
+        }
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
             let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
@@ -2673,6 +2784,60 @@ impl Avx2Quant {
             }
         }
         pending.flush(t0, store);
+    }
+
+    /// Group g of `n ≤ 8` q4 rows from row o against token t, in one pass: two rows' 16 bytes a
+    /// vector, their nibbles against the group's activations in both halves (`vpmaddubsw`),
+    /// widened and summed to each row's exact integer group sum (three `vphaddd` for the 8
+    /// rows), less 8 · Σx; then each row's float step (`cvt(sum) · (scale · x scale)`, the
+    /// row's scales gathered) and its term added to lane g % 8 of its accumulator (`acc[r][0]`
+    /// for an even block, `acc[r][1]` for an odd one; +0.0 to the other lanes), each lane what
+    /// [`Self::group_q4`] computes. Rows past n read row o again and are not kept.
+    ///
+    /// # Safety
+    /// Rows o..o+n (n ≥ 1) and group g of them and of token t must exist; AVX2.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tail8_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut [[[__m256; NT]; 2]; 8]) {
+        let Self { cols, gpr, q, xs, sums, .. } = *self;
+        let paired = (g / 4 + 1) * 128 <= cols;
+        let row = |r: usize| o + if r < n { r } else { 0 };
+        // SAFETY (every raw read): the caller's contract; rows past n read row o.
+        unsafe {
+            let (even, odd) = if paired {
+                let base = q.add(t * cols + 128 * (g / 4) + 16 * (g % 4));
+                (_mm_loadu_si128(base.cast()), _mm_loadu_si128(base.add(64).cast()))
+            } else {
+                let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+                let base = q.add(t * cols + 32 * g);
+                let (a, b) = (_mm_shuffle_epi8(_mm_loadu_si128(base.cast()), split), _mm_shuffle_epi8(_mm_loadu_si128(base.add(16).cast()), split));
+                (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b))
+            };
+            let (even, odd) = (_mm256_broadcastsi128_si256(even), _mm256_broadcastsi128_si256(odd));
+            let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+            // rows 2k and 2k+1: four int32 partial sums each
+            let m: [__m256i; 4] = core::array::from_fn(|k| {
+                let (a, b) = (wrows.add(row(2 * k) * cols / 2 + 16 * g), wrows.add(row(2 * k + 1) * cols / 2 + 16 * g));
+                let p = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.cast())), _mm_loadu_si128(b.cast()));
+                let (we, wo) = (_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low));
+                _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(we, even), _mm256_maddubs_epi16(wo, odd)), ones)
+            });
+            // rows 0, 2, 4, 6 | 1, 3, 5, 7
+            let isum = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+            let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8i32.wrapping_mul(*sums.add(t * gpr + g))));
+            let lanes_rows = [0, 2, 4, 6, 1, 3, 5, 7].map(|r| (row(r) * gpr + g) as i32);
+            let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
+            let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(*xs.add(t * gpr + g))));
+            // back to rows 0..8
+            let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            let lane = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32((g % AVX2_BLOCK) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+            let half = usize::from(!(g / AVX2_BLOCK).is_multiple_of(2));
+            for (r, acc) in acc.iter_mut().enumerate().take(n) {
+                let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
+                acc[half][0] = _mm256_add_ps(acc[half][0], _mm256_and_ps(v, lane));
+            }
+        }
     }
 
     /// Group g of a q4 row against tokens t0..t0+nt, its term added to lane g % 8 of `acc`
