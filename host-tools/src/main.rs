@@ -85,7 +85,8 @@ enum Cmd {
         #[arg(long, conflicts_with = "keep_vocab")]
         no_tokenizer: bool,
     },
-    /// Print a blob's config, tensor table, bytes per section and checksum status.
+    /// Print a blob's config, tensor table, bytes per section and checksum status (exits 1
+    /// after the report when the checksum does not match).
     Inspect {
         /// Blob file.
         blob: PathBuf,
@@ -255,6 +256,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Inspect { blob, ctx } => {
             let bytes = std::fs::read(&blob).with_context(|| format!("cannot read {}", blob.display()))?;
             print!("{}", host_tools::inspect::inspect(&bytes, ctx)?);
+            // the report is printed either way; a corrupt blob still fails the command
+            let (stored, computed) = host_tools::blob_file::checksums(&bytes)?;
+            if stored != computed {
+                anyhow::bail!("{}: checksum mismatch: stored CRC-32 {stored:#010x}, computed {computed:#010x} (the file is corrupt)", blob.display());
+            }
         }
         Cmd::Plan { list_boards: true, .. } => print!("{}", boards::list()),
         Cmd::Plan { blob, board, flash, ram, ctx, kv_dtype, list_boards: false } => {

@@ -15,15 +15,15 @@ use host_tools::plan::KvArg;
 use gpt2_console::{Console, Exit, Meter, Template, Unit};
 use runtime::{Model, Session, SessionSizes};
 
-use super::{capacity_for, load, DEFAULT_MODEL, MAX_TOP_K};
+use super::{capacity_for, load, FIRMWARE_MODEL, MAX_TOP_K};
 
 const _: () = assert!(MAX_TOP_K == settings::CONSOLE_TOP_K_CAPACITY, "the console must sample as host --prompt does");
 
 #[derive(Args, Clone)]
 pub struct ConsoleArgs {
     /// Model blob (made by `host-tools convert`, with a tokenizer). Default: the model shipped
-    /// in the repo.
-    #[arg(long, default_value = DEFAULT_MODEL, hide_default_value = true)]
+    /// in the repo as the boards' console runs it, q8 (models/default/model-q8.blob).
+    #[arg(long, default_value = FIRMWARE_MODEL, hide_default_value = true)]
     model: PathBuf,
     /// Storage of the KV cache: f32, f16 or int8 (default: the firmware's, int8).
     #[arg(long, value_enum)]

@@ -28,6 +28,8 @@ mod trace;
 /// is `-n 256` with context shift and the sampling defaults (the help text names the command).
 const DEMO_PROMPT: &str = firmware_common::settings::PROMPT;
 const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model.blob");
+/// The shipped model as the boards' firmware runs it (q8): `host console`'s and `trace --digest`'s default.
+const FIRMWARE_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model-q8.blob");
 
 /// Candidates the host's sampler can keep (upper bound for --top-k).
 const MAX_TOP_K: usize = 1024;
@@ -335,7 +337,7 @@ impl Buffers {
 
 fn load(path: &Path) -> Result<BlobFile> {
     if !path.exists() {
-        if path.as_os_str() == DEFAULT_MODEL {
+        if path.as_os_str() == DEFAULT_MODEL || path.as_os_str() == FIRMWARE_MODEL {
             bail!("the default model is missing at {} (pass --model BLOB)", path.display());
         }
         bail!("model file {} not found", path.display());
@@ -383,6 +385,18 @@ fn board_shape(file: &BlobFile, board: &BoardArg, ctx: Option<usize>, kv: Option
     }
     eprintln!("{}", plan.budget_line());
     Ok(Some(SessionShape { capacity: plan.ctx, kv: plan.kv_dtype, batch: plan.run.sizes.batch }))
+}
+
+/// The one broken sampling rule, with the flag and the value given: `--top-p 2: must be in (0, 1]`.
+fn sampler_error(what: runtime::error::SamplerParam, cfg: &SamplerConfig, max_top_k: usize) -> anyhow::Error {
+    use runtime::error::SamplerParam::*;
+    match what {
+        Temperature => anyhow::anyhow!("--temperature {}: must be a finite number ≥ 0 (0 is greedy)", cfg.temperature),
+        TopK => anyhow::anyhow!("--top-k {}: must be at most {max_top_k} (0 turns it off)", cfg.top_k),
+        TopP => anyhow::anyhow!("--top-p {}: must be in (0, 1] (1 turns it off)", cfg.top_p),
+        RepetitionPenalty => anyhow::anyhow!("--repetition-penalty {}: must be a finite number > 0 (1 turns it off)", cfg.repetition_penalty),
+        Logits => anyhow::anyhow!("the logits hold no finite value to sample from"),
+    }
 }
 
 fn capacity_for(model: &Model<'_>, ctx: Option<usize>) -> Result<usize> {
@@ -463,13 +477,16 @@ fn cmd_generate(args: &GenerateArgs) -> Result<()> {
         bail!("the prompt is empty (it encodes to no tokens)");
     }
     if prompt.len() > capacity {
-        bail!("the prompt has {} tokens but the context holds {capacity} (shorten it or raise --ctx)", prompt.len());
+        // suggest only what can work: a larger --ctx while the model has room for one
+        let n_ctx = cfg.n_ctx();
+        if capacity < n_ctx && prompt.len() <= n_ctx {
+            bail!("the prompt has {} tokens but the context holds {capacity} (shorten it, or raise --ctx up to the model's {n_ctx})", prompt.len());
+        }
+        bail!("the prompt has {} tokens but the context holds {capacity} (the model's n_ctx is {n_ctx}: shorten the prompt)", prompt.len());
     }
     let sampler_cfg = args.sampling.config();
     let mut sampler = Sampler::<MAX_TOP_K>::new(sampler_cfg).map_err(|e| match e {
-        runtime::Error::BadSamplerParam { what } => anyhow::anyhow!(
-            "invalid {what:?}: temperature must be ≥ 0, top-k ≤ {MAX_TOP_K}, top-p in (0, 1], repetition penalty > 0"
-        ),
+        runtime::Error::BadSamplerParam { what } => sampler_error(what, &sampler_cfg, MAX_TOP_K),
         e => e.into(),
     })?;
     let kv = shape.kv;

@@ -24,7 +24,6 @@ use runtime::{KvCache, KvDType, Session, SessionSizes};
 use crate::{encode_prompt, load, tokenizer, DEFAULT_MODEL};
 
 /// The firmware's default blob (`boards/qemu-*/build.rs`: `Layout::default_blob`).
-const FIRMWARE_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default/model-q8.blob");
 
 #[derive(Args, Clone)]
 #[command(
@@ -77,7 +76,7 @@ pub fn cmd_trace(a: &TraceArgs) -> Result<()> {
         return tutorial(a.lang);
     }
     if a.digest {
-        return digest(a.model.as_deref().unwrap_or(Path::new(FIRMWARE_MODEL)));
+        return digest(a.model.as_deref().unwrap_or(Path::new(super::FIRMWARE_MODEL)));
     }
     let Some(out) = &a.out else { bail!("give --out DIR (or --tutorial, or --digest)") };
     let model_path = a.model.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL));
@@ -89,8 +88,9 @@ pub fn cmd_trace(a: &TraceArgs) -> Result<()> {
         (None, None) => bail!("give --prompt TEXT or --ids L"),
     };
     let sampler = a.sampling.config();
-    sampler.validate(trace::MAX_TOP_K).map_err(|_| {
-        anyhow::anyhow!("invalid sampling: temperature must be ≥ 0, top-k ≤ {}, top-p in (0, 1], repetition penalty > 0", trace::MAX_TOP_K)
+    sampler.validate(trace::MAX_TOP_K).map_err(|e| match e {
+        runtime::Error::BadSamplerParam { what } => super::sampler_error(what, &sampler, trace::MAX_TOP_K),
+        e => e.into(),
     })?;
     let kv = a.kv_dtype.map_or(KvDType::F32, host_tools::plan::KvArg::dtype);
     let opts = TraceOptions { prompt, n: a.n, sampler, kv, batch: 64 };

@@ -158,13 +158,18 @@ fn perplexity_prints_loss_and_rejects_bad_sampling() {
     let chars = "ROMEO: But soft, what light through yonder window breaks?\n".chars().count() as f64;
     assert!(s.contains(&format!("({chars} characters)")), "{s}");
     assert!((per_char - per_token * tokens / chars).abs() < 1e-5, "{per_char} vs {per_token} x {tokens} / {chars}");
-    assert_one_line_error(&["--prompt", "x", "--temperature", "-1"], "Temperature");
-    assert_one_line_error(&["--prompt", "x", "--top-p", "1.5"], "TopP");
-    assert_one_line_error(&["--prompt", "x", "--top-p", "NaN"], "TopP");
-    assert_one_line_error(&["--prompt", "x", "--top-k", "5000"], "TopK");
+    // each names the broken rule and the value given, not every rule
+    assert_one_line_error(&["--prompt", "x", "--temperature", "-1"], "--temperature -1: must be a finite number ≥ 0 (0 is greedy)");
+    assert_one_line_error(&["--prompt", "x", "--top-p", "1.5"], "--top-p 1.5: must be in (0, 1]");
+    assert_one_line_error(&["--prompt", "x", "--top-p", "NaN"], "--top-p NaN: must be in (0, 1]");
+    assert_one_line_error(&["--prompt", "x", "--top-k", "5000"], "--top-k 5000: must be at most 1024");
+    assert_one_line_error(&["--prompt", "x", "--repetition-penalty", "0"], "--repetition-penalty 0: must be a finite number > 0");
     assert_one_line_error(&["--prompt", "", "-n", "3"], "empty");
+    // a prompt longer than the model's whole context: only shortening can help, so --ctx is not
+    // suggested; with a smaller --ctx, raising it can, up to the model's
     let long = "word ".repeat(400);
-    assert_one_line_error(&["--prompt", &long, "-n", "3"], "the context holds");
+    assert_one_line_error(&["--prompt", &long, "-n", "3"], "(the model's n_ctx is 128: shorten the prompt)");
+    assert_one_line_error(&["--prompt", "To be, or not to be, that is the question:", "--ctx", "4", "-n", "3"], "(shorten it, or raise --ctx up to the model's 128)");
 }
 
 fn q8_blob() -> String {
