@@ -283,9 +283,6 @@ impl Source {
         let checkpoint = Checkpoint::open(dir)?;
         let hint = |e: anyhow::Error| anyhow::anyhow!("{e:#} (pass --no-tokenizer to convert the weights without it)");
         let tokenizer = if no_tokenizer { None } else { crate::tokenizer_pack::tokenizer_from_dir(dir).map_err(hint)? };
-        if let Some(t) = &tokenizer {
-            t.section().map_err(hint)?;
-        }
         let name = dir
             .canonicalize()
             .ok()
@@ -354,7 +351,7 @@ pub fn convert(dir: &Path, opts: &ConvertOptions) -> Result<Converted> {
 /// `--keep-vocab`'s row selection.
 fn kept_q8(parts: &[Option<Q8Rows>], cols: usize, rows_kept: Option<&KeepSet>) -> Option<(usize, Vec<u8>)> {
     let g = parts.first()?.as_ref()?.group;
-    if g < runtime::model::MIN_GROUP || cols % g != 0 || parts.iter().any(|p| p.as_ref().is_none_or(|p| p.group != g)) {
+    if g < runtime::model::MIN_GROUP || !cols.is_multiple_of(g) || parts.iter().any(|p| p.as_ref().is_none_or(|p| p.group != g)) {
         return None;
     }
     let mut q: Vec<i8> = parts.iter().flatten().flat_map(|p| p.q.iter().copied()).collect();
@@ -393,15 +390,26 @@ pub fn convert_source(source: Source, opts: &ConvertOptions) -> Result<Converted
             bail!("the tokenizer has {} tokens, more than the model's vocab_size {v}", t.vocab_size());
         }
     }
-    let full_section = found.as_ref().map(|t| t.section()).transpose()?;
+    let full_section = found.as_ref().map(|t| t.section()).transpose().map_err(|e| anyhow::anyhow!("{e:#} (pass --no-tokenizer to convert the weights without it)"))?;
     let mut pruning = None;
     let tokenizer = match (&opts.keep_vocab, &found, &full_section) {
         (None, _, section) => section.clone(),
-        (Some(keep), Some(TokenizerTables::ByteLevel(tables)), Some(section)) => {
+        (Some(keep), Some(tables), Some(section)) => {
             let full = runtime::tokenizer::Tokenizer::from_bytes(section).map_err(|e| anyhow::anyhow!("internal error: the packed tokenizer does not load: {e}"))?;
-            let ks = keep_set(tables, &full, keep, &[config.bos_token_id, config.eos_token_id], config.vocab_size)?;
-            let pruned = prune_tables(tables, &ks)?;
-            let section_out = pruned.section()?;
+            let specials = [config.bos_token_id, config.eos_token_id];
+            // the kept set and the pruned section, by tokenizer kind; merges before and after
+            let (ks, section_out, merges) = match tables {
+                TokenizerTables::ByteLevel(t) => {
+                    let ks = keep_set(t, &full, keep, &specials, config.vocab_size)?;
+                    let pruned = prune_tables(t, &ks)?;
+                    (ks, pruned.section()?, (t.merges.len(), pruned.merges.len()))
+                }
+                TokenizerTables::SentencePiece(t) => {
+                    let ks = crate::sp_prune::keep_set(t, &full, keep, &specials, config.vocab_size)?;
+                    let pruned = crate::sp_prune::prune_tables(t, &ks)?;
+                    (ks, pruned.section()?, (t.merges.len(), pruned.merges.len()))
+                }
+            };
             let new = |id: u32, what: &str| ks.new_id(id).with_context(|| format!("internal error: {what} {id} was not kept"));
             config.bos_token_id = new(config.bos_token_id, "bos_token_id")?;
             config.eos_token_id = new(config.eos_token_id, "eos_token_id")?;
@@ -410,25 +418,7 @@ pub fn convert_source(source: Source, opts: &ConvertOptions) -> Result<Converted
                 source_vocab_size: v as u32,
                 embedding_bytes_saved: 0,
                 tokenizer_bytes: (section.len() as u64, section_out.len() as u64),
-                merges: (tables.merges.len(), pruned.merges.len()),
-                keep: ks,
-            });
-            Some(section_out)
-        }
-        (Some(keep), Some(TokenizerTables::SentencePiece(tables)), Some(section)) => {
-            let full = runtime::tokenizer::Tokenizer::from_bytes(section).map_err(|e| anyhow::anyhow!("internal error: the packed tokenizer does not load: {e}"))?;
-            let ks = crate::sp_prune::keep_set(tables, &full, keep, &[config.bos_token_id, config.eos_token_id], config.vocab_size)?;
-            let pruned = crate::sp_prune::prune_tables(tables, &ks)?;
-            let section_out = pruned.section()?;
-            let new = |id: u32, what: &str| ks.new_id(id).with_context(|| format!("internal error: {what} {id} was not kept"));
-            config.bos_token_id = new(config.bos_token_id, "bos_token_id")?;
-            config.eos_token_id = new(config.eos_token_id, "eos_token_id")?;
-            config.vocab_size = ks.kept.len() as u32;
-            pruning = Some(Pruned {
-                source_vocab_size: v as u32,
-                embedding_bytes_saved: 0,
-                tokenizer_bytes: (section.len() as u64, section_out.len() as u64),
-                merges: (tables.merges.len(), pruned.merges.len()),
+                merges,
                 keep: ks,
             });
             Some(section_out)

@@ -157,10 +157,10 @@ fn read_header(r: &mut Reader<'_>, legacy: bool) -> Result<(Header, i32)> {
         seq_len: seq_len as usize,
         shared_classifier: vocab > 0,
     };
-    ensure!(h.dim % h.n_heads == 0, "n_heads {} does not divide dim {} (head_dim = dim / n_heads in llama2.c)", h.n_heads, h.dim);
-    ensure!((h.dim / h.n_heads) % 2 == 0, "head_dim {} (dim {} / n_heads {}) is odd; RoPE rotates pairs", h.dim / h.n_heads, h.dim, h.n_heads);
+    ensure!(h.dim.is_multiple_of(h.n_heads), "n_heads {} does not divide dim {} (head_dim = dim / n_heads in llama2.c)", h.n_heads, h.dim);
+    ensure!((h.dim / h.n_heads).is_multiple_of(2), "head_dim {} (dim {} / n_heads {}) is odd; RoPE rotates pairs", h.dim / h.n_heads, h.dim, h.n_heads);
     ensure!(
-        h.n_kv_heads <= h.n_heads && h.n_heads % h.n_kv_heads == 0,
+        h.n_kv_heads <= h.n_heads && h.n_heads.is_multiple_of(h.n_kv_heads),
         "n_kv_heads {} does not divide n_heads {} (grouped-query attention needs whole groups)",
         h.n_kv_heads,
         h.n_heads
@@ -363,7 +363,7 @@ pub fn parse_model(bytes: &[u8]) -> Result<Llama2c> {
         let (rows, cols) = kind.shape(&header);
         if let Storage::Q8(g) = storage {
             ensure!(
-                (rows * cols) % g == 0,
+                (rows * cols).is_multiple_of(g),
                 "{} has {rows} x {cols} = {} values, not a multiple of the group size {g}",
                 kind.llama2c_name(),
                 rows * cols
@@ -467,7 +467,7 @@ pub fn read_tokenizer(path: &Path, vocab_size: usize) -> Result<SpTables> {
 
 /// The `(score, bytes)` entries of a `tokenizer.bin`, as many as the file holds (an error at
 /// the first one that does not parse, naming its index).
-fn tokenizer_entries(bytes: &[u8]) -> Result<(u32, Vec<(f32, &[u8])>)> {
+fn tokenizer_entries(bytes: &[u8]) -> Result<Vec<(f32, &[u8])>> {
     let mut r = Reader { bytes, at: 0, what: "the file" };
     let max_len = r.u32()?;
     let mut out = Vec::new();
@@ -479,12 +479,12 @@ fn tokenizer_entries(bytes: &[u8]) -> Result<(u32, Vec<(f32, &[u8])>)> {
         let text = r.take(len as usize).with_context(|| format!("token {i}'s {len} bytes"))?;
         out.push((score, text));
     }
-    Ok((max_len, out))
+    Ok(out)
 }
 
 /// [`read_tokenizer`]'s parse: a sentencepiece BPE model rebuilt from the file's pieces.
 pub fn parse_tokenizer(bytes: &[u8], vocab_size: usize) -> Result<SpModel> {
-    let (_, entries) = tokenizer_entries(bytes)?;
+    let entries = tokenizer_entries(bytes)?;
     ensure!(entries.len() == vocab_size, "the file holds {} tokens; the model's vocab_size is {vocab_size}", entries.len());
     let mut pieces = Vec::with_capacity(vocab_size);
     let mut byte_pieces = 0;

@@ -55,6 +55,10 @@ pub fn train_sentencepiece_bpe(text: &str, vocab_size: usize) -> Result<Vec<u8>>
     Ok(train_model(text, vocab_size)?.to_bytes())
 }
 
+/// A merge candidate in the heap: its count, then the ties broken toward the smaller text of the
+/// merged piece and of its left part (as `Reverse`), then the pair.
+type Candidate = (u64, Reverse<String>, Reverse<String>, (u32, u32));
+
 /// [`train_sentencepiece_bpe`], as a model.
 pub fn train_model(text: &str, vocab_size: usize) -> Result<SpModel> {
     ensure!(i32::try_from(vocab_size).is_ok(), "vocab_size {vocab_size} is too large");
@@ -142,7 +146,7 @@ pub fn train_model(text: &str, vocab_size: usize) -> Result<SpModel> {
         // the most frequent; ties: the smaller merged text, then the smaller left part
         (count, Reverse(format!("{a}{b}")), Reverse(a.clone()), pair)
     };
-    let mut heap: BinaryHeap<(u64, Reverse<String>, Reverse<String>, (u32, u32))> =
+    let mut heap: BinaryHeap<Candidate> =
         pair_counts.iter().map(|(&pair, &count)| entry(pair, count, &symbols)).collect();
     let mut merged: Vec<u32> = Vec::new();
     while N_RESERVED + chars.len() + merged.len() < vocab_size {

@@ -673,8 +673,8 @@ fn reduce_avx2(lo: __m256, hi: __m256) -> f32 {
 }
 
 /// [`reduce_avx2`] of 8 rows at once: `v[r]` is row r's `lo + hi` (that first step done by the
-/// caller). Each row's lanes take the same additions in the same order (lane i + lane i+4, then
-/// + 2, then + 1), across the rows' vectors instead of within one: 8 rows' sums in 16 vector
+/// caller). Each row's lanes take the same additions in the same order (lane i plus lane i+4,
+/// then plus i+2, then plus i+1), across the rows' vectors instead of within one: 8 rows' sums in 16 vector
 /// operations instead of about 56, and no chain of dependent shuffles per row. A decoded token's
 /// rows of 9 groups (stories15M's 288 columns) spent a third of their time in `reduce_avx2`.
 #[inline]
@@ -692,6 +692,46 @@ fn reduce8_avx2(v: &[__m256; 8]) -> [f32; 8] {
     // SAFETY: lanes holds 8 floats.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), z) };
     [lanes[0], lanes[4], lanes[1], lanes[5], lanes[2], lanes[6], lanes[3], lanes[7]]
+}
+
+/// 8 decoded rows' accumulators: `[row][even block, odd block][token]`.
+type Acc8 = [[[__m256; 1]; 2]; 8];
+
+/// All ones in lane `lane` (< 8), zeros elsewhere: a term broadcast and masked with it is the
+/// term there and +0.0 in the other lanes (built in registers: a vector stored lane by lane and
+/// loaded whole stalls on store forwarding).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn lane_mask(lane: usize) -> __m256 {
+    _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32(lane as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))
+}
+
+/// The float step of group g for 8 rows (`tail8_q8` / `tail8_q4`): `isum` holds rows 0, 2, 4,
+/// 6 | 1, 3, 5, 7's exact integer group sums; each row's term `cvt(sum) · (scale · sx)` (its scale
+/// gathered from `wsc` at `rows[r] · gpr + g`) is added to lane g % 8 of its even- or odd-block
+/// accumulator, +0.0 to the other lanes (which changes none: an accumulator lane is never -0.0).
+/// The first n rows are kept.
+///
+/// # Safety
+/// `wsc` must hold the scales of `rows` (g < gpr); AVX2.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn add_tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usize, g: usize, sx: f32, n: usize, acc: &mut Acc8) {
+    let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
+    let lanes_rows = [r0, r2, r4, r6, r1, r3, r5, r7].map(|r| (r * gpr + g) as i32);
+    // SAFETY: the caller's contract (every gathered index is a row's scale of group g).
+    let sw = unsafe { _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast())) };
+    let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(sx)));
+    // back to rows 0..8
+    let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    let lane = lane_mask(g % AVX2_BLOCK);
+    let odd = !(g / AVX2_BLOCK).is_multiple_of(2);
+    for (r, [even_acc, odd_acc]) in acc.iter_mut().enumerate().take(n) {
+        let [a] = if odd { odd_acc } else { even_acc };
+        let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
+        *a = _mm256_add_ps(*a, _mm256_and_ps(v, lane));
+    }
 }
 
 /// Up to 8 decoded rows' `lo + hi`, waiting for [`reduce8_avx2`].
@@ -2444,40 +2484,28 @@ impl Avx2Quant {
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         let (full_masks, last_masks) = (masks_for(AVX2_BLOCK), masks_for(gpr - full));
         let plain = FULL || group == VNNI_GROUP;
-        // decode: the sums of 8 rows at a time reduced together ([`reduce8_avx2`])
-        let mut pending = Pending8::new();
         if NT == 1 && !FULL && group == VNNI_GROUP && full < gpr {
-            // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): 8
-            // rows at a time, their whole blocks row by row, then each last group for the 8
-            // rows at once ([`Self::tail8_q8`]), as `rows_q4` does
-            let mut o = rows.start;
-            while o < rows.end {
-                let n = (rows.end - o).min(8);
-                let mut acc = [[[_mm256_setzero_ps(); NT]; 2]; 8];
-                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
-                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
-                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols), wsc.add((o + r) * gpr)) };
-                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                        unsafe { self.block_q8::<NT>(wrow, wsc, g0, AVX2_BLOCK, None, t0, nt, lo) };
-                        if g0 + AVX2_BLOCK < full {
-                            // SAFETY: as above.
-                            unsafe { self.block_q8::<NT>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t0, nt, hi) };
-                        }
+            // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): see
+            // [`Self::rows8_with_tail`]
+            let blocks = |o: usize, lo: &mut [__m256; 1], hi: &mut [__m256; 1]| {
+                // SAFETY: the caller's contract (row o < rows.end, the token t0).
+                let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
+                for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                    // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                    unsafe { self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t0, 1, lo) };
+                    if g0 + AVX2_BLOCK < full {
+                        // SAFETY: as above.
+                        unsafe { self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t0, 1, hi) };
                     }
                 }
-                for g in full..gpr {
-                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
-                    unsafe { self.tail8_q8(wrows, wsc, o, n, g, t0, &mut acc) };
-                }
-                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
-                    pending.push(o + r, lo[0], hi[0], t0, store);
-                }
-                o += n;
-            }
-            pending.flush(t0, store);
+            };
+            // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
+            let tail = |o: usize, n: usize, g: usize, acc: &mut Acc8| unsafe { self.tail8_q8(wrows, wsc, o, n, g, t0, acc) };
+            self.rows8_with_tail(rows, full, t0, blocks, tail, store);
             return;
         }
+        // decode: the sums of 8 rows at a time reduced together ([`reduce8_avx2`])
+        let mut pending = Pending8::new();
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
             let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
@@ -2527,7 +2555,7 @@ impl Avx2Quant {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tail8_q8<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut [[[__m256; NT]; 2]; 8]) {
+    unsafe fn tail8_q8(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut Acc8) {
         let Self { cols, gpr, x_stride, wide, xs, .. } = *self;
         let row = |r: usize| o + if r < n { r } else { 0 };
         // SAFETY (every raw read): the caller's contract; rows past n read row o.
@@ -2543,22 +2571,12 @@ impl Avx2Quant {
                 let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.cast())), _mm_loadu_si128(b.cast()));
                 let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.add(16).cast())), _mm_loadu_si128(b.add(16).cast()));
                 let w = [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)];
-                let p: [__m256i; 4] = core::array::from_fn(|j| _mm256_madd_epi16(w[j], x[j]));
-                _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]))
+                let [p0, p1, p2, p3] = [0, 1, 2, 3].map(|j| w.get(j).zip(x.get(j)).map_or(zero, |(&w, &x)| _mm256_madd_epi16(w, x)));
+                _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3))
             });
             // rows 0, 2, 4, 6 | 1, 3, 5, 7
             let isum = _mm256_srai_epi32::<8>(_mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3])));
-            let lanes_rows = [0, 2, 4, 6, 1, 3, 5, 7].map(|r| (row(r) * gpr + g) as i32);
-            let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
-            let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(*xs.add(t * gpr + g))));
-            // back to rows 0..8
-            let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            let lane = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32((g % AVX2_BLOCK) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-            let half = usize::from(!(g / AVX2_BLOCK).is_multiple_of(2));
-            for (r, acc) in acc.iter_mut().enumerate().take(n) {
-                let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
-                acc[half][0] = _mm256_add_ps(acc[half][0], _mm256_and_ps(v, lane));
-            }
+            add_tail8_terms(isum, wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc);
         }
     }
 
@@ -2718,39 +2736,27 @@ impl Avx2Quant {
         let Self { cols, gpr, .. } = *self;
         let nt = nt.min(NT);
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
-        let mut pending = Pending8::new();
         if NT == 1 && full < gpr {
-            // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): 8 rows at a time,
-            // their whole blocks row by row, then each last group for the 8 rows at once
-            // ([`Self::tail8_q4`]: one group alone cost a row about a third of its time)
-            let mut o = rows.start;
-            while o < rows.end {
-                let n = (rows.end - o).min(8);
-                let mut acc = [[[_mm256_setzero_ps(); NT]; 2]; 8];
-                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
-                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
-                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols / 2), wsc.add((o + r) * gpr)) };
-                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                        unsafe { self.block_q4::<NT>(wrow, wsc, g0, t0, nt, lo) };
-                        if g0 + AVX2_BLOCK < full {
-                            // SAFETY: as above.
-                            unsafe { self.block_q4::<NT>(wrow, wsc, g0 + AVX2_BLOCK, t0, nt, hi) };
-                        }
+            // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): see
+            // [`Self::rows8_with_tail`]
+            let blocks = |o: usize, lo: &mut [__m256; 1], hi: &mut [__m256; 1]| {
+                // SAFETY: the caller's contract (row o < rows.end, the token t0).
+                let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
+                for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                    // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                    unsafe { self.block_q4::<1>(wrow, wsc, g0, t0, 1, lo) };
+                    if g0 + AVX2_BLOCK < full {
+                        // SAFETY: as above.
+                        unsafe { self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t0, 1, hi) };
                     }
                 }
-                for g in full..gpr {
-                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
-                    unsafe { self.tail8_q4(wrows, wsc, o, n, g, t0, &mut acc) };
-                }
-                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
-                    pending.push(o + r, lo[0], hi[0], t0, store);
-                }
-                o += n;
-            }
-            pending.flush(t0, store);
+            };
+            // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
+            let tail = |o: usize, n: usize, g: usize, acc: &mut Acc8| unsafe { self.tail8_q4(wrows, wsc, o, n, g, t0, acc) };
+            self.rows8_with_tail(rows, full, t0, blocks, tail, store);
             return;
         }
+        let mut pending = Pending8::new();
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
             let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
@@ -2799,21 +2805,12 @@ impl Avx2Quant {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tail8_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut [[[__m256; NT]; 2]; 8]) {
-        let Self { cols, gpr, q, xs, sums, .. } = *self;
-        let paired = (g / 4 + 1) * 128 <= cols;
+    unsafe fn tail8_q4(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut Acc8) {
+        let Self { cols, gpr, xs, sums, .. } = *self;
         let row = |r: usize| o + if r < n { r } else { 0 };
         // SAFETY (every raw read): the caller's contract; rows past n read row o.
         unsafe {
-            let (even, odd) = if paired {
-                let base = q.add(t * cols + 128 * (g / 4) + 16 * (g % 4));
-                (_mm_loadu_si128(base.cast()), _mm_loadu_si128(base.add(64).cast()))
-            } else {
-                let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-                let base = q.add(t * cols + 32 * g);
-                let (a, b) = (_mm_shuffle_epi8(_mm_loadu_si128(base.cast()), split), _mm_shuffle_epi8(_mm_loadu_si128(base.add(16).cast()), split));
-                (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b))
-            };
+            let (even, odd) = self.q4_group_x(g, t);
             let (even, odd) = (_mm256_broadcastsi128_si256(even), _mm256_broadcastsi128_si256(odd));
             let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
             // rows 2k and 2k+1: four int32 partial sums each
@@ -2826,18 +2823,69 @@ impl Avx2Quant {
             // rows 0, 2, 4, 6 | 1, 3, 5, 7
             let isum = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
             let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8i32.wrapping_mul(*sums.add(t * gpr + g))));
-            let lanes_rows = [0, 2, 4, 6, 1, 3, 5, 7].map(|r| (row(r) * gpr + g) as i32);
-            let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
-            let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(*xs.add(t * gpr + g))));
-            // back to rows 0..8
-            let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            let lane = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32((g % AVX2_BLOCK) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-            let half = usize::from(!(g / AVX2_BLOCK).is_multiple_of(2));
-            for (r, acc) in acc.iter_mut().enumerate().take(n) {
-                let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
-                acc[half][0] = _mm256_add_ps(acc[half][0], _mm256_and_ps(v, lane));
+            add_tail8_terms(isum, wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc);
+        }
+    }
+
+    /// Group g's int8 activations of token t for the q4 kernels: its 16 even-position values,
+    /// then its 16 odd ones. [`QuantOrder::Q4Pairs`] stores them so where the group lies in one
+    /// of the token's whole blocks of 128 values; in the token's last, partial block they are in
+    /// natural order, and a byte shuffle splits them.
+    ///
+    /// # Safety
+    /// Group g of token t must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn q4_group_x(&self, g: usize, t: usize) -> (__m128i, __m128i) {
+        let Self { cols, q, .. } = *self;
+        // SAFETY (every raw read): the caller's contract.
+        unsafe {
+            if (g / 4 + 1) * 128 <= cols {
+                let base = q.add(t * cols + 128 * (g / 4) + 16 * (g % 4));
+                (_mm_loadu_si128(base.cast()), _mm_loadu_si128(base.add(64).cast()))
+            } else {
+                // within 16 bytes: the 8 even positions, then the 8 odd ones
+                let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+                let base = q.add(t * cols + 32 * g);
+                let (a, b) = (_mm_shuffle_epi8(_mm_loadu_si128(base.cast()), split), _mm_shuffle_epi8(_mm_loadu_si128(base.add(16).cast()), split));
+                (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b))
             }
         }
+    }
+
+    /// Decode (one token) of rows whose last 1-7 groups are not a whole block (stories15M's 288
+    /// columns: 8 + 1), for q8 and q4: 8 rows at a time, `blocks(o, lo, hi)` adds row o's whole
+    /// blocks, then `tail(o, n, g, acc)` each last group g for the n rows at once (alone, one
+    /// group cost a row about half a block), then the 8 rows' sums are reduced together
+    /// ([`Pending8`]).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn rows8_with_tail(
+        &self,
+        rows: core::ops::Range<usize>,
+        full: usize,
+        t: usize,
+        mut blocks: impl FnMut(usize, &mut [__m256; 1], &mut [__m256; 1]),
+        mut tail: impl FnMut(usize, usize, usize, &mut Acc8),
+        store: &mut impl FnMut(usize, usize, f32),
+    ) {
+        let mut pending = Pending8::new();
+        let mut o = rows.start;
+        while o < rows.end {
+            let n = (rows.end - o).min(8);
+            let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
+            for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
+                blocks(o + r, lo, hi);
+            }
+            for g in full..self.gpr {
+                tail(o, n, g, &mut acc);
+            }
+            for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
+                pending.push(o + r, lo[0], hi[0], t, store);
+            }
+            o += n;
+        }
+        pending.flush(t, store);
     }
 
     /// Group g of a q4 row against tokens t0..t0+nt, its term added to lane g % 8 of `acc`
@@ -2852,31 +2900,18 @@ impl Avx2Quant {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn group_q4<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g: usize, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
-        let Self { cols, gpr, q, xs, sums, .. } = *self;
-        let paired = (g / 4 + 1) * 128 <= cols;
+        let Self { gpr, xs, sums, .. } = *self;
         // SAFETY (every raw read): the caller's contract.
         unsafe {
             let low = _mm_set1_epi8(0x0F);
             let p = _mm_loadu_si128(wrow.add(16 * g).cast());
             // even elements' weights (low nibbles), odd elements' (high)
             let (we, wo) = (_mm_and_si128(p, low), _mm_and_si128(_mm_srli_epi16::<4>(p), low));
-            // within 16 bytes: the 8 even positions, then the 8 odd ones
-            let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
             let sw = *wsc.add(g);
-            // all ones in lane g % 8: the term broadcast and masked is the term there and +0.0
-            // in the other lanes (built in registers: a vector stored lane by lane and loaded
-            // whole stalls on store forwarding)
-            let lane = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32((g % AVX2_BLOCK) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+            let lane = lane_mask(g % AVX2_BLOCK);
             for (t, acc) in acc.iter_mut().enumerate().take(nt) {
                 let t = t0 + t;
-                let (even, odd) = if paired {
-                    let base = q.add(t * cols + 128 * (g / 4) + 16 * (g % 4));
-                    (_mm_loadu_si128(base.cast()), _mm_loadu_si128(base.add(64).cast()))
-                } else {
-                    let base = q.add(t * cols + 32 * g);
-                    let (a, b) = (_mm_shuffle_epi8(_mm_loadu_si128(base.cast()), split), _mm_shuffle_epi8(_mm_loadu_si128(base.add(16).cast()), split));
-                    (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b))
-                };
+                let (even, odd) = self.q4_group_x(g, t);
                 // int16 pairs (|·| ≤ 2 · 15 · 128), two added (exact), widened to four int32
                 let s16 = _mm_add_epi16(_mm_maddubs_epi16(we, even), _mm_maddubs_epi16(wo, odd));
                 let s32 = _mm_madd_epi16(s16, _mm_set1_epi16(1));
