@@ -713,24 +713,26 @@ fn lane_mask(lane: usize) -> __m256 {
 /// The first n rows are kept.
 ///
 /// # Safety
-/// `wsc` must hold the scales of `rows` (g < gpr); AVX2.
+/// `wsc` must hold the scales of `rows` (g < gpr); AVX2 (called from the AVX2 kernels, into
+/// which it is always inlined: no `#[target_feature]`, which would forbid that).
 #[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2")]
+#[inline(always)]
 unsafe fn add_tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usize, g: usize, sx: f32, n: usize, acc: &mut Acc8) {
-    let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
-    let lanes_rows = [r0, r2, r4, r6, r1, r3, r5, r7].map(|r| (r * gpr + g) as i32);
-    // SAFETY: the caller's contract (every gathered index is a row's scale of group g).
-    let sw = unsafe { _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast())) };
-    let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(sx)));
-    // back to rows 0..8
-    let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    let lane = lane_mask(g % AVX2_BLOCK);
-    let odd = !(g / AVX2_BLOCK).is_multiple_of(2);
-    for (r, [even_acc, odd_acc]) in acc.iter_mut().enumerate().take(n) {
-        let [a] = if odd { odd_acc } else { even_acc };
-        let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
-        *a = _mm256_add_ps(*a, _mm256_and_ps(v, lane));
+    // SAFETY: the caller's contract: AVX2, and every gathered index is a row's scale of group g.
+    unsafe {
+        let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
+        let lanes_rows = [r0, r2, r4, r6, r1, r3, r5, r7].map(|r| (r * gpr + g) as i32);
+        let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
+        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(sx)));
+        // back to rows 0..8
+        let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let lane = lane_mask(g % AVX2_BLOCK);
+        let odd = !(g / AVX2_BLOCK).is_multiple_of(2);
+        for (r, [even_acc, odd_acc]) in acc.iter_mut().enumerate().take(n) {
+            let [a] = if odd { odd_acc } else { even_acc };
+            let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
+            *a = _mm256_add_ps(*a, _mm256_and_ps(v, lane));
+        }
     }
 }
 
@@ -2485,23 +2487,39 @@ impl Avx2Quant {
         let (full_masks, last_masks) = (masks_for(AVX2_BLOCK), masks_for(gpr - full));
         let plain = FULL || group == VNNI_GROUP;
         if NT == 1 && !FULL && group == VNNI_GROUP && full < gpr {
-            // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): see
-            // [`Self::rows8_with_tail`]
-            let blocks = |o: usize, lo: &mut [__m256; 1], hi: &mut [__m256; 1]| {
-                // SAFETY: the caller's contract (row o < rows.end, the token t0).
-                let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
-                for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                    // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                    unsafe { self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t0, 1, lo) };
-                    if g0 + AVX2_BLOCK < full {
-                        // SAFETY: as above.
-                        unsafe { self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t0, 1, hi) };
+            // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): 8
+            // rows at a time, their whole blocks row by row, then each last group for the 8 rows
+            // at once ([`Self::tail8_q8`]; alone, one group cost a row about half a block), then
+            // the 8 rows' sums reduced together. `rows_q4` has the same loop: through a shared
+            // driver taking closures, its kernel ran 4% slower (25.1 -> 24.0 G MAC/s on 32000 x
+            // 288), so each writes it out.
+            let mut pending = Pending8::new();
+            let mut o = rows.start;
+            while o < rows.end {
+                let n = (rows.end - o).min(8);
+                let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
+                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
+                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
+                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols), wsc.add((o + r) * gpr)) };
+                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                        unsafe { self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t0, 1, lo) };
+                        if g0 + AVX2_BLOCK < full {
+                            // SAFETY: as above.
+                            unsafe { self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t0, 1, hi) };
+                        }
                     }
                 }
-            };
-            // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
-            let tail = |o: usize, n: usize, g: usize, acc: &mut Acc8| unsafe { self.tail8_q8(wrows, wsc, o, n, g, t0, acc) };
-            self.rows8_with_tail(rows, full, t0, blocks, tail, store);
+                for g in full..gpr {
+                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
+                    unsafe { self.tail8_q8(wrows, wsc, o, n, g, t0, &mut acc) };
+                }
+                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
+                    pending.push(o + r, lo[0], hi[0], t0, store);
+                }
+                o += n;
+            }
+            pending.flush(t0, store);
             return;
         }
         // decode: the sums of 8 rows at a time reduced together ([`reduce8_avx2`])
@@ -2737,23 +2755,35 @@ impl Avx2Quant {
         let nt = nt.min(NT);
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         if NT == 1 && full < gpr {
-            // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): see
-            // [`Self::rows8_with_tail`]
-            let blocks = |o: usize, lo: &mut [__m256; 1], hi: &mut [__m256; 1]| {
-                // SAFETY: the caller's contract (row o < rows.end, the token t0).
-                let (wrow, wsc) = unsafe { (wrows.add(o * cols / 2), wsc.add(o * gpr)) };
-                for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                    // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                    unsafe { self.block_q4::<1>(wrow, wsc, g0, t0, 1, lo) };
-                    if g0 + AVX2_BLOCK < full {
-                        // SAFETY: as above.
-                        unsafe { self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t0, 1, hi) };
+            // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): the loop of
+            // `rows_q8`'s decode branch, with the q4 block and tail ([`Self::tail8_q4`])
+            let mut pending = Pending8::new();
+            let mut o = rows.start;
+            while o < rows.end {
+                let n = (rows.end - o).min(8);
+                let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
+                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
+                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
+                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols / 2), wsc.add((o + r) * gpr)) };
+                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                        unsafe { self.block_q4::<1>(wrow, wsc, g0, t0, 1, lo) };
+                        if g0 + AVX2_BLOCK < full {
+                            // SAFETY: as above.
+                            unsafe { self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t0, 1, hi) };
+                        }
                     }
                 }
-            };
-            // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
-            let tail = |o: usize, n: usize, g: usize, acc: &mut Acc8| unsafe { self.tail8_q4(wrows, wsc, o, n, g, t0, acc) };
-            self.rows8_with_tail(rows, full, t0, blocks, tail, store);
+                for g in full..gpr {
+                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
+                    unsafe { self.tail8_q4(wrows, wsc, o, n, g, t0, &mut acc) };
+                }
+                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
+                    pending.push(o + r, lo[0], hi[0], t0, store);
+                }
+                o += n;
+            }
+            pending.flush(t0, store);
             return;
         }
         let mut pending = Pending8::new();
@@ -2833,9 +2863,9 @@ impl Avx2Quant {
     /// natural order, and a byte shuffle splits them.
     ///
     /// # Safety
-    /// Group g of token t must exist; AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2")]
+    /// Group g of token t must exist; SSSE3 (called from the AVX2 kernels, into which it is
+    /// always inlined: no `#[target_feature]`, which would forbid that).
+    #[inline(always)]
     unsafe fn q4_group_x(&self, g: usize, t: usize) -> (__m128i, __m128i) {
         let Self { cols, q, .. } = *self;
         // SAFETY (every raw read): the caller's contract.
@@ -2851,41 +2881,6 @@ impl Avx2Quant {
                 (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b))
             }
         }
-    }
-
-    /// Decode (one token) of rows whose last 1-7 groups are not a whole block (stories15M's 288
-    /// columns: 8 + 1), for q8 and q4: 8 rows at a time, `blocks(o, lo, hi)` adds row o's whole
-    /// blocks, then `tail(o, n, g, acc)` each last group g for the n rows at once (alone, one
-    /// group cost a row about half a block), then the 8 rows' sums are reduced together
-    /// ([`Pending8`]).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn rows8_with_tail(
-        &self,
-        rows: core::ops::Range<usize>,
-        full: usize,
-        t: usize,
-        mut blocks: impl FnMut(usize, &mut [__m256; 1], &mut [__m256; 1]),
-        mut tail: impl FnMut(usize, usize, usize, &mut Acc8),
-        store: &mut impl FnMut(usize, usize, f32),
-    ) {
-        let mut pending = Pending8::new();
-        let mut o = rows.start;
-        while o < rows.end {
-            let n = (rows.end - o).min(8);
-            let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
-            for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
-                blocks(o + r, lo, hi);
-            }
-            for g in full..self.gpr {
-                tail(o, n, g, &mut acc);
-            }
-            for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
-                pending.push(o + r, lo[0], hi[0], t, store);
-            }
-            o += n;
-        }
-        pending.flush(t, store);
     }
 
     /// Group g of a q4 row against tokens t0..t0+nt, its term added to lane g % 8 of `acc`
