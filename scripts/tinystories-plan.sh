@@ -20,8 +20,8 @@ echo "| model | weights | vocabulary | blob bytes | pico2 (4 MiB flash, 520 KiB 
 echo "|---|---|---|---:|---|---|"
 for preset in tinystories-1m tinystories-3m; do
   dir="$WORK/$preset"
-  [ -f "$dir/model.safetensors" ] || "${HT[@]}" random -o "$dir" --preset "$preset" --seed 1 2>/dev/null
-  cp tests/fixtures/gpt2-tokenizer/vocab.json tests/fixtures/gpt2-tokenizer/merges.txt "$dir/"
+  # random writes GPT-2's tokenizer (vocab.json + merges.txt) beside the weights
+  [ -f "$dir/model.safetensors" ] && [ -f "$dir/vocab.json" ] || "${HT[@]}" random -o "$dir" --preset "$preset" --seed 1 2>/dev/null
   for dtype in f32 q8 q4; do
     for vocab in full pruned; do
       blob="$WORK/$preset-$vocab-$dtype.blob"

@@ -148,7 +148,10 @@ enum Cmd {
         vocab_size: Option<usize>,
     },
     /// Write a random-initialised GPT-2, GPT-Neo or Llama checkpoint in the Hugging Face layout
-    /// (transformers' `from_pretrained` loads it). The flags override the preset's numbers.
+    /// (transformers' `from_pretrained` loads it), with a tokenizer of its vocabulary size:
+    /// GPT-2's vocab.json + merges.txt at 50257 tokens (every GPT-2 and GPT-Neo preset), the
+    /// default model's at 3072, GPT-2's first N otherwise; a trained SentencePiece
+    /// tokenizer.model for Llama. The flags override the preset's numbers.
     Random {
         /// Output directory.
         #[arg(short, long)]
@@ -346,7 +349,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 shape.vocab_size,
                 shape.n_ctx
             );
-            if out.join("tokenizer.model").is_file() {
+            if shape.arch != Arch::Llama && out.join("vocab.json").is_file() {
+                eprintln!("tokenizer: {}", host_tools::random::ByteLevelTokenizer::for_vocab(shape.vocab_size).describe());
+            } else if out.join("tokenizer.model").is_file() {
                 eprintln!("tokenizer: tokenizer.model (SentencePiece BPE, {} pieces, byte fallback) trained on the repository's text", shape.vocab_size);
             } else if let Ok(why) = std::fs::read_to_string(out.join("NO_TOKENIZER.txt")) {
                 eprintln!("note: {}", why.trim_end());

@@ -132,8 +132,11 @@ fn attention_types(layers: &[&str]) -> Value {
     json!([])
 }
 
-/// Writes `config.json` + `model.safetensors` for a random model of `shape` into `dir`;
-/// returns the number of parameters.
+/// Writes `config.json` + `model.safetensors` for a random model of `shape` into `dir`, and a
+/// tokenizer of its vocabulary size beside them (GPT-2 and GPT-Neo: the
+/// [`ByteLevelTokenizer`] for it, GPT-2's own at 50,257 tokens; Llama: a SentencePiece BPE
+/// trained on [`TOKENIZER_TEXT`]), so that `convert` and `--keep-vocab` work on the folder as
+/// written; returns the number of parameters.
 pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
     let RandomShape { arch, n_layer, n_embd, n_head, vocab_size, n_ctx, n_inner, window, local, n_kv_head, head_dim, tied } = shape;
     ensure!(n_layer > 0 && n_embd > 0 && n_head > 0 && vocab_size > 0 && n_ctx > 0, "every dimension must be positive");
@@ -251,7 +254,108 @@ pub fn write_random(dir: &Path, shape: RandomShape, seed: u64) -> Result<u64> {
     tensors.push(("transformer.ln_f.bias".into(), vec![c], vec![0.0; c]));
     let params: u64 = tensors.iter().map(|(_, _, d)| d.len() as u64).sum();
     write_checkpoint(dir, &config, &tensors)?;
+    write_byte_level_tokenizer(dir, vocab_size)?;
     Ok(params)
+}
+
+/// GPT-2's byte-level BPE tables (`tests/fixtures/gpt2-tokenizer`: 50,257 tokens, 50,000
+/// merges, 1.5 MB), compiled into `host-tools` so that `random` writes them wherever the binary
+/// runs from (an installed binary has no repository beside it to look them up in).
+const GPT2_VOCAB_JSON: &str = include_str!("../../tests/fixtures/gpt2-tokenizer/vocab.json");
+const GPT2_MERGES_TXT: &str = include_str!("../../tests/fixtures/gpt2-tokenizer/merges.txt");
+/// The shipped default model's 3,072-token byte-level BPE (`models/default`), 63 KB.
+const DEFAULT_VOCAB_JSON: &str = include_str!("../../models/default/vocab.json");
+const DEFAULT_MERGES_TXT: &str = include_str!("../../models/default/merges.txt");
+
+/// The byte-level BPE tokenizer [`write_random`] puts beside a GPT-2 or GPT-Neo checkpoint of
+/// `vocab_size` tokens (whose config says end-of-text is `vocab_size - 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteLevelTokenizer {
+    /// 50,257: GPT-2's own (TinyStories, TinyTalk and GPT-2 use it).
+    Gpt2,
+    /// 3,072: the shipped default model's (`models/default`).
+    DefaultModel,
+    /// 257 to 50,256: GPT-2's first `vocab_size - 1` tokens (the 256 bytes and the first
+    /// `vocab_size - 257` merges, each of which makes token 256 + its rank) and
+    /// `<|endoftext|>` as id `vocab_size - 1`; a valid BPE, since no kept merge makes a
+    /// dropped token.
+    Gpt2Prefix(u32),
+    /// Fewer than 257 or more than 50,257 tokens: no tokenizer (a byte-level BPE needs the 256
+    /// byte tokens and an end-of-text token; none here has more than GPT-2's).
+    None,
+}
+
+impl ByteLevelTokenizer {
+    /// The tokenizer for a checkpoint of `vocab_size` tokens.
+    pub fn for_vocab(vocab_size: u32) -> Self {
+        match vocab_size {
+            50257 => Self::Gpt2,
+            3072 => Self::DefaultModel,
+            257..50257 => Self::Gpt2Prefix(vocab_size),
+            _ => Self::None,
+        }
+    }
+
+    /// One line for `host-tools random` to print.
+    pub fn describe(self) -> String {
+        match self {
+            Self::Gpt2 => "vocab.json + merges.txt: GPT-2's byte-level BPE (50257 tokens)".into(),
+            Self::DefaultModel => "vocab.json + merges.txt: the default model's byte-level BPE (models/default, 3072 tokens)".into(),
+            Self::Gpt2Prefix(v) => format!("vocab.json + merges.txt: GPT-2's first {} tokens and <|endoftext|> as {}", v - 1, v - 1),
+            Self::None => "none".into(),
+        }
+    }
+}
+
+/// Writes the [`ByteLevelTokenizer`] for `vocab_size` into `dir` (`vocab.json`, `merges.txt`),
+/// or, when there is none, `NO_TOKENIZER.txt` saying why (and removes a tokenizer an earlier run
+/// left there, which would not match).
+pub fn write_byte_level_tokenizer(dir: &Path, vocab_size: u32) -> Result<ByteLevelTokenizer> {
+    let choice = ByteLevelTokenizer::for_vocab(vocab_size);
+    let (vocab, merges) = match choice {
+        ByteLevelTokenizer::Gpt2 => (GPT2_VOCAB_JSON.to_string(), GPT2_MERGES_TXT.to_string()),
+        ByteLevelTokenizer::DefaultModel => (DEFAULT_VOCAB_JSON.to_string(), DEFAULT_MERGES_TXT.to_string()),
+        ByteLevelTokenizer::Gpt2Prefix(v) => gpt2_prefix(v)?,
+        ByteLevelTokenizer::None => {
+            for stale in ["vocab.json", "merges.txt"] {
+                let _ = std::fs::remove_file(dir.join(stale));
+            }
+            std::fs::write(
+                dir.join("NO_TOKENIZER.txt"),
+                format!("host-tools random wrote no tokenizer: a byte-level BPE needs the 256 byte tokens and an end-of-text token (at least 257), and GPT-2's has 50257; this checkpoint has {vocab_size}. Pass token ids (host --ids), or copy a tokenizer of {vocab_size} tokens in.\n"),
+            )?;
+            return Ok(choice);
+        }
+    };
+    std::fs::write(dir.join("vocab.json"), vocab)?;
+    std::fs::write(dir.join("merges.txt"), merges)?;
+    let _ = std::fs::remove_file(dir.join("NO_TOKENIZER.txt"));
+    Ok(choice)
+}
+
+/// `vocab.json` and `merges.txt` of GPT-2's first `v - 1` tokens plus `<|endoftext|>` as
+/// `v - 1` (see [`ByteLevelTokenizer::Gpt2Prefix`]).
+fn gpt2_prefix(v: u32) -> Result<(String, String)> {
+    ensure!((257..50257).contains(&v), "a prefix of GPT-2's vocabulary has 257 to 50256 tokens, not {v}");
+    let full = crate::tokenizer_pack::parse_vocab_json(GPT2_VOCAB_JSON)?;
+    let mut kept: Vec<(&str, u32)> = full.iter().filter(|&(_, &id)| id < v - 1).map(|(t, &id)| (t.as_str(), id)).collect();
+    kept.sort_by_key(|&(_, id)| id);
+    kept.push(("<|endoftext|>", v - 1));
+    let mut vocab = serde_json::Map::new();
+    for (token, id) in kept {
+        vocab.insert(token.to_string(), json!(id));
+    }
+    let mut lines = GPT2_MERGES_TXT.lines();
+    let mut merges = String::new();
+    if let Some(version) = lines.next() {
+        merges.push_str(version);
+        merges.push('\n');
+    }
+    for line in lines.filter(|l| !l.is_empty()).take(v as usize - 257) {
+        merges.push_str(line);
+        merges.push('\n');
+    }
+    Ok((serde_json::to_string(&Value::Object(vocab))?, merges))
 }
 
 /// The repository's own text the Llama presets' tokenizers are trained on: the story text
@@ -354,5 +458,41 @@ mod tests {
         assert_eq!(attention_types(&["local", "local", "local"]), json!([[["local"], 3]]));
         assert_eq!(attention_types(&["global", "local", "local"]), json!([[["global", "local", "local"], 1]]));
         assert_eq!(alternating(8), LayerMask::NONE.with(1).with(3).with(5).with(7));
+    }
+
+    /// Every GPT-2 / GPT-Neo vocabulary size gets a tokenizer that packs, whose end-of-text is
+    /// the config's (`vocab_size - 1`), and that encodes and decodes text byte-exact; GPT-2's
+    /// and the default model's are the files themselves, a prefix encodes as GPT-2 does with
+    /// the merges it keeps.
+    #[test]
+    fn byte_level_tokenizers_pack_and_round_trip() {
+        let base = std::env::temp_dir().join(format!("random-tokenizer-{}", std::process::id()));
+        let text = "Once upon a time, there was a little dog named Max. ROMEO: O, she doth teach the torches!";
+        for v in [257, 300, 1000, 3072, 50257] {
+            let dir = base.join(v.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            let choice = write_byte_level_tokenizer(&dir, v).unwrap();
+            let section = crate::tokenizer_pack::pack_from_dir(&dir).unwrap().expect("a tokenizer");
+            let tok = runtime::tokenizer::Tokenizer::from_bytes(&section).unwrap();
+            assert!(tok.as_byte_level().is_some() && tok.vocab_size() == v as usize, "{choice:?}");
+            assert_eq!(tok.token_bytes(v - 1), Some(&b"<|endoftext|>"[..]), "{choice:?}");
+            let mut ids = vec![0u32; text.len() + 1];
+            let n = tok.encode(text, &mut ids).unwrap();
+            assert!(ids[..n].iter().all(|&id| id < v - 1));
+            let mut out = vec![0u8; 4 * text.len()];
+            let m = tok.decode(&ids[..n], &mut out).unwrap();
+            assert_eq!(&out[..m], text.as_bytes(), "{choice:?}");
+            if v == 257 {
+                assert_eq!(n, text.len(), "no merges: one token per byte");
+            }
+        }
+        assert_eq!(std::fs::read(base.join("50257/vocab.json")).unwrap(), GPT2_VOCAB_JSON.as_bytes());
+        assert_eq!(std::fs::read(base.join("3072/merges.txt")).unwrap(), DEFAULT_MERGES_TXT.as_bytes());
+        // below 257 (and above GPT-2's 50257): none, a note, and a stale tokenizer removed
+        let dir = base.join("300");
+        assert_eq!(write_byte_level_tokenizer(&dir, 256).unwrap(), ByteLevelTokenizer::None);
+        assert!(!dir.join("vocab.json").exists() && dir.join("NO_TOKENIZER.txt").is_file());
+        assert_eq!(ByteLevelTokenizer::for_vocab(50258), ByteLevelTokenizer::None);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -29,10 +29,13 @@ impl Drop for Scratch {
 fn checkpoint(name: &str, tokenizer: bool) -> Scratch {
     let dir = std::env::temp_dir().join(format!("host-tools-pruning-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // random writes GPT-2's tokenizer beside a 50257-token checkpoint: the fixture's files
     write_random(&dir, RandomShape::gpt_neo(2, 16, 4, 50257, 64, 8), 11).unwrap();
-    if tokenizer {
-        for f in ["vocab.json", "merges.txt"] {
-            std::fs::copy(root().join("tests/fixtures/gpt2-tokenizer").join(f), dir.join(f)).unwrap();
+    for f in ["vocab.json", "merges.txt"] {
+        let fixture = std::fs::read(root().join("tests/fixtures/gpt2-tokenizer").join(f)).unwrap();
+        assert_eq!(std::fs::read(dir.join(f)).unwrap(), fixture, "{f}");
+        if !tokenizer {
+            std::fs::remove_file(dir.join(f)).unwrap();
         }
     }
     Scratch(dir)

@@ -319,9 +319,13 @@ fn errors_carry_the_numbers() {
 // ---- a blob with a SentencePiece tokenizer ------------------------------------------------------------
 
 /// A random GPT-2 checkpoint (1 layer, 16 wide) with 1000 tokens, the SentencePiece fixtures'
-/// size, in `dir` (weights and config only).
+/// size, in `dir` (weights and config only: the byte-level tokenizer `write_random` puts beside
+/// it is removed).
 fn random_gpt2_1000(dir: &Path) {
     host_tools::random::write_random(dir, host_tools::random::RandomShape::gpt2(1, 16, 2, 1000, 32), 3).unwrap();
+    for f in ["vocab.json", "merges.txt"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
 }
 
 #[test]
