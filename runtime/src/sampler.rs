@@ -246,7 +246,9 @@ pub struct Sampler<const K: usize> {
     cfg: SamplerConfig,
     rng: Pcg32,
     /// (2, K) candidate buffer, used flat: sorted by key descending, equal keys by token id
-    /// ascending, once filled.
+    /// ascending, once filled. Not a `heapless::Vec`: the buffer holds 2·K (see [`TopBuf`]),
+    /// and `heapless::Vec<Candidate, { 2 * K }>` is a generic const expression stable Rust does
+    /// not accept; `TopBuf` is this buffer's length.
     cand: [[Candidate; K]; 2],
 }
 
