@@ -15,9 +15,11 @@
 # of its input and exits), under a 10-minute timeout. It passes when it exits 0 (a line in
 # EXPECT_FAIL: non-zero, as the README says it does) and prints no "panicked".
 #
-# Nothing is left behind: files and directories the lines create in the checkout (outside
-# target directories) are removed at the end, and so are the /tmp paths the lines name that did
-# not exist before. Tracked files must be unchanged (a line that edits the repository fails).
+# Nothing is left behind, and nothing of anyone else's is touched: `/tmp/` in a line becomes a
+# private temporary directory (removed at the end), so the lines never write into a /tmp/trace
+# or /tmp/gpt2-random that someone keeps; files and directories the lines create in the checkout
+# (outside target directories) are removed at the end. Tracked files must be unchanged (a line
+# that edits the repository fails).
 #
 # The tables below are the whole policy: every line not in them runs exactly as written.
 set -uo pipefail
@@ -86,7 +88,7 @@ lookup() { # lookup TABLE_NAME LINE -> prints the reason of the first entry the 
 }
 
 # ---- the lines ---------------------------------------------------------------------------------
-mapfile -t LINES < <(awk '/^```sh[[:space:]]*$/ { inside = 1; next } /^```/ { inside = 0 } inside { print NR "\t" $0 }' "$FILE")
+mapfile -t LINES < <(awk '/^```sh *$/ { inside = 1; next } /^```/ { inside = 0 } inside { print NR "\t" $0 }' "$FILE")
 [ ${#LINES[@]} -gt 0 ] || { echo "error: no \`\`\`sh blocks in $FILE" >&2; exit 2; }
 
 WORK="$(mktemp -d)"
@@ -94,15 +96,14 @@ SNAPSHOT_BEFORE="$WORK/files.before"
 list_files() {
   find . \( -name target -o -name 'target-*' -o -name .git -o -name .venv \) -prune -o -print | sort
 }
-TMP_PATHS=()
+# the lines' /tmp/
+PRIVATE_TMP="$WORK/tmp"
+mkdir -p "$PRIVATE_TMP"
 if [ "$LIST" = 0 ]; then
   list_files > "$SNAPSHOT_BEFORE"
   git status --porcelain --untracked-files=no > "$WORK/tracked.before"
-  # the /tmp paths the lines name, and which of them exist now
-  mapfile -t TMP_PATHS < <(printf '%s\n' "${LINES[@]}" | grep -o '/tmp/[A-Za-z0-9._-]*' | sort -u)
-  : > "$WORK/tmp.existing"
-  for p in "${TMP_PATHS[@]}"; do [ -e "$p" ] && echo "$p" >> "$WORK/tmp.existing"; done
 fi
+echo "(/tmp/ in the lines is $PRIVATE_TMP/ here, removed at the end)"
 
 cleanup() {
   if [ "$LIST" = 0 ]; then
@@ -110,11 +111,13 @@ cleanup() {
     # new entries whose parent is not new: removing them removes the rest
     comm -13 "$SNAPSHOT_BEFORE" "$WORK/files.after" | awk 'NR == 1 || index($0, prev "/") != 1 { print; prev = $0 }' |
       while IFS= read -r p; do rm -rf -- "$p"; done
-    for p in "${TMP_PATHS[@]}"; do grep -qxF -- "$p" "$WORK/tmp.existing" || rm -rf -- "$p"; done
   fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 : > "$WORK/env.sh" # the assignments so far (M=...)
 ran=0 skipped=0 failed=0 substituted=0
@@ -145,7 +148,7 @@ for entry in "${LINES[@]}"; do
     skipped=$((skipped + 1)); continue
   fi
 
-  run="$trimmed"
+  run="${trimmed//\/tmp\//$PRIVATE_TMP/}"
   note=""
   for s in "${SUBST[@]}"; do
     from="${s%%$'\t'*}"; rest="${s#*$'\t'}"; to="${rest%%$'\t'*}"; why="${rest#*$'\t'}"
@@ -168,10 +171,11 @@ for entry in "${LINES[@]}"; do
     [ -n "$expect_fail" ] && echo "      expected to fail: $expect_fail"
     continue
   fi
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   timeout 600 bash -c "set -o pipefail; cd \"$ROOT\"; source \"$WORK/env.sh\"; $run" < /dev/null > "$WORK/out" 2>&1
   rc=$?
-  dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  dt="$((ms / 1000)).$(( (ms % 1000) / 100 ))"
   ok=1
   if [ -n "$expect_fail" ]; then
     { [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; } || ok=0
@@ -180,11 +184,11 @@ for entry in "${LINES[@]}"; do
   fi
   grep -q 'panicked' "$WORK/out" && ok=0
   if [ "$ok" = 1 ]; then
-    printf 'ok    %-16s %6.1fs  %s\n%s' "$where" "$dt" "$run" "$note"
+    printf 'ok    %-16s %6ss  %s\n%s' "$where" "$dt" "$run" "$note"
     [ -n "$expect_fail" ] && echo "      exited $rc, as expected: $expect_fail"
     ran=$((ran + 1))
   else
-    printf 'FAIL  %-16s %6.1fs  %s\n%s      exit status %s%s; its last output:\n' "$where" "$dt" "$run" "$note" "$rc" \
+    printf 'FAIL  %-16s %6ss  %s\n%s      exit status %s%s; its last output:\n' "$where" "$dt" "$run" "$note" "$rc" \
       "$([ -n "$expect_fail" ] && echo " (expected non-zero: $expect_fail)")"
     tail -n 20 "$WORK/out" | sed 's/^/      | /'
     failed=$((failed + 1)); FAILS+=("$where")
