@@ -740,6 +740,9 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
         model.weight_dtype().name(),
         kv.name()
     );
+    // which build of the kernels ran (on x86-64 the CPU table's row: kernels/x86/cpu.rs;
+    // GPT2_MCU_KERNELS=avx2|avx512|portable overrides it to measure one against the other)
+    println!("kernels: {}", runtime::kernels::KernelReport);
     println!("threads: {}   runs: {runs} (median)   prompt: {prompt_len} tokens (batch {batch})   decode: {n} tokens", threads.threads);
     println!("prefill: {p:.1} tok/s");
     println!("decode:  {d:.1} tok/s");

@@ -10,19 +10,33 @@ use core::mem::MaybeUninit;
 use half::f16;
 
 mod amx;
+pub mod cpu;
 
 use super::{attention_impl, linear_impl, quant_job, reduce, wide16_len, Attend, Dots, KvElem, Matrix, MatrixData, Outputs, QuantJob, QuantOrder, LANES};
 use crate::kv_cache::{HeadRows, KvHead};
 
-/// Whether the CPU has AVX-512F/BW, and `GPT2_MCU_NO_AVX512` (set and not "0") does not turn
-/// the AVX-512 paths off (to run and time the AVX2 ones on this CPU). Asked once.
+/// Whether the CPU has AVX-512F/BW and no override (`GPT2_MCU_NO_AVX512`, `GPT2_MCU_KERNELS=avx2`
+/// or `portable`) turns it off. Which operations then run on it is [`cpu::chosen`]'s table.
 pub(super) fn has_avx512f() -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| {
-        std::env::var_os("GPT2_MCU_NO_AVX512").is_none_or(|v| v == "0")
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-    })
+    cpu::chosen().allows(cpu::Build::Avx512)
+}
+
+/// The build that runs `linear` with `w` over `tokens` tokens (decode when 1): the table's.
+pub(super) fn linear_build(w: &Matrix<'_>, tokens: usize) -> cpu::Build {
+    let c = &cpu::chosen().choice;
+    let d = match w.data {
+        MatrixData::F32(_) => 0,
+        MatrixData::F16(_) => 1,
+        MatrixData::Q8 { .. } => 2,
+        MatrixData::Q4 { .. } => 3,
+    };
+    let per = if tokens <= 1 { &c.decode } else { &c.prefill };
+    per.get(d).copied().unwrap_or(cpu::Build::Portable)
+}
+
+/// The build of attention, softmax and the elementwise activations: the table's.
+pub(super) fn other_build() -> cpu::Build {
+    cpu::chosen().choice.other
 }
 
 /// Proof that the CPU has AVX2 and F16C: made only by [`Avx2::detect`].
@@ -31,7 +45,7 @@ pub(super) struct Avx2(());
 impl Avx2 {
     pub(super) fn detect() -> Option<Self> {
         // every AVX2 CPU has F16C (Intel since Ivy Bridge, AMD since Piledriver); checked anyway
-        (std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")).then_some(Self(()))
+        cpu::chosen().allows(cpu::Build::Avx2).then_some(Self(()))
     }
 
     pub(super) fn linear(&self, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
@@ -538,11 +552,8 @@ pub(super) fn decode_prefetch(f32_rows: bool) -> bool {
     let (f32, narrow) = *ON.get_or_init(|| match std::env::var("GPT2_MCU_DECODE_PREFETCH").ok().as_deref() {
         Some("1") => (true, true),
         Some("0") => (false, false),
-        _ => {
-            // (cpuid leaf 0 exists on every x86-64 CPU: a safe intrinsic)
-            let id = __cpuid(0);
-            ([id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == *b"GenuineIntel", true)
-        }
+        // the CPU table's (kernels/x86/cpu.rs): Intel yes, AMD no
+        _ => (cpu::chosen().choice.prefetch_f32_rows, true),
     });
     if f32_rows { f32 } else { narrow }
 }
