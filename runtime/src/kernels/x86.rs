@@ -2387,7 +2387,6 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
         }
         return true;
     }
-    let mut store = |t: usize, o: usize, y: f32| outs.one(t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
     for r0 in (0..rows).step_by(block_rows) {
         let r1 = (r0 + block_rows).min(rows);
@@ -2398,8 +2397,8 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
             unsafe {
                 if q4 {
                     match nt {
-                        1 => a.rows_q4::<1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        _ => a.rows_q4::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        1 => a.rows_q4::<1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        _ => a.rows_q4::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
                     }
                 } else if gpr <= 4 {
                     // rows of at most 4 groups: two rows a block; with 4 groups of 16 or more,
@@ -2410,26 +2409,26 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
                     let (wp, sp) = (data.as_ptr(), scales.as_ptr());
                     match nt {
                         1 => {
-                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
-                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
+                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
                         }
                         _ => {
-                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
-                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
+                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
                         }
                     }
                     if pairs_end < r1 {
                         match nt {
-                            1 => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
-                            _ => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
+                            1 => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut outs),
+                            _ => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut outs),
                         }
                     }
                 } else {
                     match (full, nt) {
-                        (true, 1) => a.rows_q8::<true, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        (true, _) => a.rows_q8::<true, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        (false, 1) => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        (false, _) => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (true, 1) => a.rows_q8::<true, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        (true, _) => a.rows_q8::<true, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        (false, 1) => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        (false, _) => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
                     }
                 }
             }
@@ -2525,7 +2524,7 @@ impl Avx2Quant {
     /// of 8; AVX2.
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_q8<const FULL: bool, const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn rows_q8<const FULL: bool, const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, outs: &mut Outputs<'_>) {
         let Self { cols, gpr, group, .. } = *self;
         let nt = nt.min(NT);
         // masked loads (groups below 32; the last, partial block): the dword masks of each
@@ -2553,14 +2552,11 @@ impl Avx2Quant {
             while o + 8 <= rows.end {
                 // SAFETY: rows o..o+8 < rows.end and the token t0 exist (the caller's contract).
                 let z = unsafe { self.rows8_q8_decode(wrows, wsc, o, t0) };
-                let mut ys = [0.0f32; 8];
-                // SAFETY: ys holds 8 floats.
-                unsafe { _mm256_storeu_ps(ys.as_mut_ptr(), z) };
-                for (r, &y) in ys.iter().enumerate() {
-                    store(t0, o + r, y);
-                }
+                // SAFETY: AVX2 (this function's).
+                unsafe { outs.lanes(t0, o, 8, z) };
                 o += 8;
             }
+            let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
             while o < rows.end {
                 let n = (rows.end - o).min(8);
                 let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
@@ -2589,6 +2585,7 @@ impl Avx2Quant {
             return;
         }
         // decode: the sums of 8 rows at a time reduced together ([`reduce8_avx2`])
+        let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
         let mut pending = Pending8::new();
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
@@ -2870,7 +2867,7 @@ impl Avx2Quant {
     /// As [`Self::rows_q8`] (rows of `cols / 2` bytes; tokens in `q`, `xs` and `sums`).
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn rows_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, outs: &mut Outputs<'_>) {
         let Self { cols, gpr, .. } = *self;
         let nt = nt.min(NT);
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
@@ -2882,14 +2879,11 @@ impl Avx2Quant {
             while o + 8 <= rows.end {
                 // SAFETY: rows o..o+8 < rows.end and the token t0 exist (the caller's contract).
                 let z = unsafe { self.rows8_q4_decode(wrows, wsc, o, t0) };
-                let mut ys = [0.0f32; 8];
-                // SAFETY: ys holds 8 floats.
-                unsafe { _mm256_storeu_ps(ys.as_mut_ptr(), z) };
-                for (r, &y) in ys.iter().enumerate() {
-                    store(t0, o + r, y);
-                }
+                // SAFETY: AVX2 (this function's).
+                unsafe { outs.lanes(t0, o, 8, z) };
                 o += 8;
             }
+            let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
             while o < rows.end {
                 let n = (rows.end - o).min(8);
                 let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
@@ -2917,6 +2911,7 @@ impl Avx2Quant {
             pending.flush(t0, store);
             return;
         }
+        let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
         let mut pending = Pending8::new();
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
