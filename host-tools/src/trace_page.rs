@@ -221,7 +221,7 @@ nav a{margin-right:10px}
 .tok{font:13px ui-monospace,monospace;white-space:pre;padding:2px 4px;border-radius:3px;border:1px solid #bbb}
 .tok.prompt{background:#e3edf9;border-color:#9bb8df}.tok.generated{background:#fbe7d3;border-color:#e0a56c}
 .tok sub{color:#888;font-size:9px;margin-left:2px}
-table.grid{border-collapse:collapse}table.grid th{font-weight:normal;color:#555;font-size:12px;padding:2px 4px}
+table.grid{border-collapse:collapse}table.grid th{font-weight:normal;color:#555;font-size:12px;padding:2px 4px;white-space:nowrap}
 table.grid td{padding:2px 6px 6px 0;vertical-align:top}
 figure.head{margin:0}figure.head figcaption{font-size:12px;color:#555}
 figure.head a.open{display:block;cursor:zoom-in}figure.head .close,figure.head .big{display:none}
@@ -411,22 +411,26 @@ const MASKED: &str = "#eeeeee";
 const CELL: usize = 16;
 const LABEL_FONT: usize = 11;
 
+/// The colour scale's size, and the width of one level's swatch in it.
+const LEGEND_W: usize = 8 + LEVELS * LEGEND_SWATCH + 160;
+const LEGEND_H: usize = 52;
+const LEGEND_SWATCH: usize = 54;
+
 /// The colour scale: every level's colour with the weights where it starts and ends.
 fn heat_legend(h: &mut String) {
-    let sw = 44;
-    let (x0, w) = (8, 8 + LEVELS * sw + 150);
-    let _ = write!(h, "<svg class=\"legend\" width=\"{w}\" height=\"46\" viewBox=\"0 0 {w} 46\" font-size=\"11\"><g id=\"heat-legend\"><text x=\"{x0}\" y=\"11\" fill=\"#444\">attention weight (shade ∝ √weight):</text>");
+    let (sw, x0, w, ht) = (LEGEND_SWATCH, 8, LEGEND_W, LEGEND_H);
+    let _ = write!(h, "<svg class=\"legend\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\" font-size=\"12\"><g id=\"heat-legend\"><text x=\"{x0}\" y=\"12\" fill=\"#444\">attention weight (shade ∝ √weight):</text>");
     for k in 0..LEVELS {
         let x = x0 + k * sw;
-        let _ = write!(h, "<rect x=\"{x}\" y=\"16\" width=\"{sw}\" height=\"12\" fill=\"{}\"><title>{} &lt; weight ≤ {}</title></rect>", level_color(k), tick_label(level_top(k), 0.001), tick_label(level_top(k + 1), 0.001));
+        let _ = write!(h, "<rect x=\"{x}\" y=\"18\" width=\"{sw}\" height=\"14\" fill=\"{}\"><title>{} &lt; weight ≤ {}</title></rect>", level_color(k), tick_label(level_top(k), 0.001), tick_label(level_top(k + 1), 0.001));
     }
     for k in 0..=LEVELS {
         let v = level_top(k);
         let label = if k == 0 { "0".to_string() } else if k == LEVELS { "1".to_string() } else if v < 0.1 { format!("{v:.3}") } else { format!("{v:.2}") };
-        let _ = write!(h, "<text class=\"lvl\" x=\"{}\" y=\"41\" text-anchor=\"middle\" fill=\"#444\">{label}</text>", x0 + k * sw);
+        let _ = write!(h, "<text class=\"lvl\" x=\"{}\" y=\"46\" text-anchor=\"middle\" fill=\"#444\">{label}</text>", x0 + k * sw);
     }
     let x = x0 + LEVELS * sw + 14;
-    let _ = write!(h, "<rect x=\"{x}\" y=\"16\" width=\"12\" height=\"12\" fill=\"{MASKED}\" stroke=\"#ccc\"/><text x=\"{}\" y=\"26\" fill=\"#444\">masked future</text><rect x=\"{x}\" y=\"31\" width=\"12\" height=\"12\" fill=\"#fff\" stroke=\"#ccc\"/><text x=\"{}\" y=\"41\" fill=\"#444\">weight 0</text></g></svg>", x + 16, x + 16);
+    let _ = write!(h, "<rect x=\"{x}\" y=\"18\" width=\"13\" height=\"13\" fill=\"{MASKED}\" stroke=\"#ccc\"/><text x=\"{}\" y=\"29\" fill=\"#444\">masked future</text><rect x=\"{x}\" y=\"35\" width=\"13\" height=\"13\" fill=\"#fff\" stroke=\"#ccc\"/><text x=\"{}\" y=\"46\" fill=\"#444\">weight 0</text></g></svg>", x + 18, x + 18);
 }
 
 fn attention_grid(h: &mut String, trace: &Trace, cfg: &Config, text: &dyn Fn(u32) -> String) {
@@ -462,7 +466,7 @@ fn attention_grid(h: &mut String, trace: &Trace, cfg: &Config, text: &dyn Fn(u32
     let margin = (8 + (longest as f64 * LABEL_FONT as f64 * 0.62).ceil() as usize).max(64);
     let size = margin + cells * CELL;
     // thumbnails: a quarter larger than the drawing's units where the row has room, at least 170 px
-    let thumb = (size * 5 / 4).min((1280 / d.n_head.max(1)).max(170));
+    let thumb = (size * 5 / 4).min((1200 / d.n_head.max(1)).max(170));
     // the hover text of a cell: the query, the key, the weight
     let who: Vec<String> = (0..cells).map(|c| if bin == 1 { format!("{c} {}", esc(&visible(&text(trace.tokens[c])))) } else { span(c * bin, ((c + 1) * bin).min(t)) }).collect();
     let (query, key) = if bin == 1 { ("query", " reads key") } else { ("queries", ", keys") };
@@ -514,7 +518,7 @@ fn attention_grid(h: &mut String, trace: &Trace, cfg: &Config, text: &dyn Fn(u32
                     let _ = write!(h, "<g fill=\"{}\">{g}</g>", level_color(k));
                 }
             }
-            let _ = write!(h, "</g></svg></a><svg class=\"big\" width=\"{}\" height=\"46\"><use href=\"#heat-legend\"/></svg></figure></td>", 8 + LEVELS * 44 + 150);
+            let _ = write!(h, "</g></svg></a><svg class=\"big\" width=\"{LEGEND_W}\" height=\"{LEGEND_H}\"><use href=\"#heat-legend\"/></svg></figure></td>");
         }
         let _ = writeln!(h, "</tr>");
     }
