@@ -422,7 +422,7 @@ fn heat_legend(h: &mut String) {
     let _ = write!(h, "<svg class=\"legend\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\" font-size=\"12\"><g id=\"heat-legend\"><text x=\"{x0}\" y=\"12\" fill=\"#444\">attention weight (shade ∝ √weight):</text>");
     for k in 0..LEVELS {
         let x = x0 + k * sw;
-        let _ = write!(h, "<rect x=\"{x}\" y=\"18\" width=\"{sw}\" height=\"14\" fill=\"{}\"><title>{} &lt; weight ≤ {}</title></rect>", level_color(k), tick_label(level_top(k), 0.001), tick_label(level_top(k + 1), 0.001));
+        let _ = write!(h, "<rect x=\"{x}\" y=\"18\" width=\"{sw}\" height=\"14\" fill=\"{}\"><title>{} &lt; weight ≤ {}</title></rect>", level_color(k), level_top(k), level_top(k + 1));
     }
     for k in 0..=LEVELS {
         let v = level_top(k);

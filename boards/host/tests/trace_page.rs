@@ -1,10 +1,10 @@
 //! `host trace`'s page in a real browser: headless Chromium (Debian's `chromium`) opens
 //! `index.html` from disk, and the rendered DOM must hold one heatmap per layer × head and every
-//! token; each heatmap's axes are labelled with every position and its token, and each cell's
-//! hover text (its SVG `<title>`) is the weight in `attentions.npy` to the printed digits; the
-//! residual chart has ticks on both axes covering the norms of `resid_pre`/`resid_post`; ranges
-//! read "0–14", never "0..15"; a screenshot must not be blank, and one of `index.html#attn-l0-h0`
-//! shows that head enlarged over a darkened page.
+//! token; each heatmap's axes are labelled with every position and its token; each cell's hover
+//! text (its SVG `<title>`) is the weight in `attentions.npy` to the printed digits, and its
+//! shade the colour scale's for that weight; the residual chart has ticks on both axes covering
+//! the norms of `resid_pre`/`resid_post`; ranges read "0–14", never "0..15"; a screenshot must not
+//! be blank, and one of `index.html#attn-l0-h0` shows that head enlarged over a darkened page.
 //!
 //! Without Chromium the test says so loudly on stderr and passes, except when
 //! `GPT2_MCU_REQUIRE_CHROMIUM=1` (set by `.ci/run`, which installs it): then it fails.
@@ -170,6 +170,18 @@ fn cells(svg: &str) -> Vec<(usize, usize, String)> {
         .collect()
 }
 
+/// `(fill, key, query, hover text)` of every heatmap cell in `svg`, the fill being that of the
+/// `<g fill="...">` (one per shade) that holds it.
+fn cells_with_fill(svg: &str) -> Vec<(String, usize, usize, String)> {
+    svg.split("<g fill=\"")
+        .skip(1)
+        .flat_map(|g| {
+            let fill = g[..g.find('"').unwrap()].to_string();
+            cells(g).into_iter().map(move |(k, q, title)| (fill.clone(), k, q, title))
+        })
+        .collect()
+}
+
 /// The texts of the `<text class="{class}" ...>` elements in `svg`, in order.
 fn texts<'a>(svg: &'a str, class: &str) -> Vec<&'a str> {
     let open = format!("<text class=\"{class}\"");
@@ -270,6 +282,17 @@ fn check_in_chromium(dir: &Path, json: &serde_json::Value, test: &str) -> Option
     assert!(dom.contains(&format!("Rows: query positions 0–{last} top to bottom")), "no 0–{last} range on the page");
     let legend = svg_at(&dom, "<svg class=\"legend\"");
     assert_eq!(texts(legend, "lvl"), ["0", "0.016", "0.062", "0.14", "0.25", "0.39", "0.56", "0.77", "1"], "the colour scale's values");
+    // each swatch: its colour and the weights it covers (lo, hi], from its hover text
+    let swatches: Vec<(String, f64, f64)> = legend
+        .split("<rect ")
+        .filter_map(|r| {
+            let fill = r.split_once("fill=\"")?.1.split_once('"')?.0.to_string();
+            let (lo, hi) = r.split_once("<title>")?.1.split_once("</title>")?.0.split_once(" &lt; weight ≤ ")?;
+            Some((fill, lo.parse().ok()?, hi.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(swatches.len(), 8, "the colour scale's swatches: {swatches:?}");
+    assert!(swatches[0].1 == 0.0 && swatches[7].2 == 1.0 && swatches.windows(2).all(|w| w[0].2 == w[1].1), "the swatches do not tile (0, 1]: {swatches:?}");
 
     // every heatmap: both axes labelled with every position and its token; every drawn cell's
     // hover text is its weight in attentions.npy, and every weight above 0 has its cell
@@ -291,11 +314,13 @@ fn check_in_chromium(dir: &Path, json: &serde_json::Value, test: &str) -> Option
             assert_eq!(texts(svg, "q"), labels, "layer {l} head {h}: the query axis (rows)");
             assert_eq!(texts(svg, "k"), labels, "layer {l} head {h}: the key axis (columns)");
             let map = &att[(l * heads + h) * t * t..][..t * t];
-            let cells = cells(svg);
+            let cells = cells_with_fill(svg);
             let nonzero = (0..t).flat_map(|q| (0..=q).map(move |k| (q, k))).filter(|&(q, k)| map[q * t + k] > 0.0).count();
             assert_eq!(cells.len(), nonzero, "layer {l} head {h}: cells drawn, weights above 0");
-            for (k, q, title) in &cells {
+            for (fill, k, q, title) in &cells {
                 let v = map[q * t + k] as f64;
+                let (_, lo, hi) = swatches.iter().find(|s| &s.0 == fill).unwrap_or_else(|| panic!("layer {l} head {h}: cell ({q}, {k}) in {fill}, not a colour of the scale"));
+                assert!(*lo < v && v <= hi * (1.0 + 1e-6), "layer {l} head {h}: cell ({q}, {k}) weight {v} drawn in the shade of ({lo}, {hi}]");
                 let head = format!("query {q} {} reads key {k} {}: ", escape(&visible(&texts_of[*q])), escape(&visible(&texts_of[*k])));
                 let printed = title.strip_prefix(head.as_str()).unwrap_or_else(|| panic!("layer {l} head {h}: cell ({q}, {k}) hover text {title:?}, want it to start {head:?}"));
                 assert!(matches_printed(printed, v), "layer {l} head {h}: cell ({q}, {k}) hover {printed}, attentions.npy {v}");
