@@ -1907,7 +1907,7 @@ mod tests {
         let takes = |q4: bool, cols: usize| if q4 { cols.is_multiple_of(32) } else { room(cols, 32) };
         // SAFETY: AVX2 and F16C are present (checked).
         let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
-        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224), (20, 288), (7, 288), (5, 352), (4, 416), (3, 64), (9, 352), (16, 416), (17, 608), (8, 800)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224), (20, 288), (7, 288), (5, 352), (4, 416), (3, 64), (9, 352), (16, 416), (17, 608), (8, 800), (9, 256), (16, 512)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
         // lane tiles (16 rows × 4 tokens, from 4 tokens on), the last rows' tile part empty (1,
@@ -2871,9 +2871,12 @@ impl Avx2Quant {
         let Self { cols, gpr, .. } = *self;
         let nt = nt.min(NT);
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
-        if NT == 1 && full < gpr {
+        if NT == 1 && full >= AVX2_BLOCK {
             // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): the loop of
-            // `rows_q8`'s decode branch, with the q4 block and tail ([`Self::tail8_q4`])
+            // `rows_q8`'s decode branch, with the q4 block and tail ([`Self::tail8_q4`]). Rows of
+            // whole blocks take it too (GPT-2's 768 and 3072 columns: 1-4% faster in
+            // `linear-ab`, one token; q8's whole-block rows were 2-6% slower this way, their
+            // named register accumulators below beat the eights' stack arrays)
             let mut pending = Pending8::new();
             let mut o = rows.start;
             while o + 8 <= rows.end {
