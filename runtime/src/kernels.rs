@@ -125,15 +125,23 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
     }
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        // SAFETY: the CPU supports AVX-512F/BW and VNNI (checked at run time).
-        if x86::has_avx512vnni() && unsafe { x86::linear_quant_vnni(out, x, w, bias, accumulate, scratch) } {
-            return;
-        }
-        if let Some(d) = x86::Avx512::detect() {
-            return d.linear(out, x, w, bias, accumulate, scratch);
-        }
-        if let Some(d) = x86::Avx2::detect() {
-            return d.linear(out, x, w, bias, accumulate, scratch);
+        // the build the CPU table picks for this dtype and phase (kernels/x86/cpu.rs)
+        match x86::linear_build(w, x.len() / w.cols.max(1)) {
+            x86::cpu::Build::Avx512 => {
+                // SAFETY: the CPU supports AVX-512F/BW and VNNI (checked at run time).
+                if x86::has_avx512vnni() && unsafe { x86::linear_quant_vnni(out, x, w, bias, accumulate, scratch) } {
+                    return;
+                }
+                if let Some(d) = x86::Avx512::detect() {
+                    return d.linear(out, x, w, bias, accumulate, scratch);
+                }
+            }
+            x86::cpu::Build::Avx2 => {
+                if let Some(d) = x86::Avx2::detect() {
+                    return d.linear(out, x, w, bias, accumulate, scratch);
+                }
+            }
+            x86::cpu::Build::Portable => {}
         }
     }
     // 64-bit Arm: q8/q4 with SDOT where the CPU has it (kernels/aarch64.rs); the rest, and
@@ -148,6 +156,22 @@ pub fn linear(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], accumula
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod x86;
+
+/// Which builds of the kernels the dispatching functions run on this machine, as one line for
+/// reports (`host bench` prints it): on x86-64 the CPU, the row of the CPU table
+/// (`kernels/x86/cpu.rs`) and its build per dtype and phase.
+pub struct KernelReport;
+
+impl core::fmt::Display for KernelReport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        #[cfg(all(feature = "std", target_arch = "x86_64"))]
+        return write!(f, "{}", x86::cpu::Report);
+        #[cfg(all(feature = "std", target_arch = "aarch64"))]
+        return write!(f, "aarch64: q8/q4 {}, the rest the portable loops (NEON by the compiler)", if aarch64::has_sdot() { "with SDOT" } else { "portable (no SDOT)" });
+        #[allow(unreachable_code)]
+        f.write_str("the portable loops")
+    }
+}
 
 /// 64-bit Arm: q8/q4 [`linear`] with the `SDOT` dot-product instruction, chosen at run time.
 #[cfg(all(feature = "std", target_arch = "aarch64"))]
@@ -1416,11 +1440,10 @@ pub fn gate_par(par: Option<&dyn Parallel>, x: &mut [f32], width: usize, act: cr
 pub fn softmax(x: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        if let Some(d) = x86::Avx512::detect() {
-            return d.softmax(x);
-        }
-        if let Some(d) = x86::Avx2::detect() {
-            return d.softmax(x);
+        match (x86::other_build(), x86::Avx512::detect(), x86::Avx2::detect()) {
+            (x86::cpu::Build::Avx512, Some(d), _) => return d.softmax(x),
+            (x86::cpu::Build::Avx512 | x86::cpu::Build::Avx2, _, Some(d)) => return d.softmax(x),
+            _ => {}
         }
     }
     softmax_portable(x);
@@ -1485,11 +1508,10 @@ pub fn attention(out: &mut [f32], q: &[f32], kv: &KvHead<'_>, scale: f32, scores
     {
         // AVX-512 for heads of whole 16-lane vectors (GPT-2's 64); narrower or ragged heads
         // (the shipped model's 28) on AVX2's 8-lane vectors, whose tails are one masked load
-        if let (Some(d), true) = (x86::Avx512::detect(), q.len().is_multiple_of(16)) {
-            return d.attention(out, q, kv, scale, scores);
-        }
-        if let Some(d) = x86::Avx2::detect() {
-            return d.attention(out, q, kv, scale, scores);
+        match (x86::other_build(), x86::Avx512::detect(), x86::Avx2::detect()) {
+            (x86::cpu::Build::Avx512, Some(d), _) if q.len().is_multiple_of(16) => return d.attention(out, q, kv, scale, scores),
+            (x86::cpu::Build::Avx512 | x86::cpu::Build::Avx2, _, Some(d)) => return d.attention(out, q, kv, scale, scores),
+            _ => {}
         }
     }
     attention_impl(&Portable, out, q, kv, scale, scores);

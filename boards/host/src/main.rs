@@ -21,6 +21,7 @@ use runtime::kv_cache::KvLayout;
 use runtime::{KvDType, Model, Session, SessionSizes};
 
 mod trace;
+mod tutorial;
 
 /// The default model shipped in the repository.
 /// How the demo opens the shipped model's text (`cargo run -p host` with no arguments): the
@@ -290,7 +291,9 @@ enum Cmd {
         ctx: Option<usize>,
     },
     /// Inside the model: every stage of the pass as arrays, JSON and a page (--out DIR); the
-    /// tutorial's example (--tutorial); per-layer digests of the firmware's run (--digest).
+    /// tutorial's example from token ids to a sampled next token (--tutorial); per-layer
+    /// digests of the firmware's run (--digest).
+    #[command(long_about = trace::LONG_ABOUT)]
     Trace(trace::TraceArgs),
     /// The boards' serial console on stdin/stdout: a line is a prompt, /help lists the commands.
     /// Starts with the firmware's settings (48 tokens, T 0.8, top-k 40, top-p 0.95, seed 42,
@@ -740,6 +743,9 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
         model.weight_dtype().name(),
         kv.name()
     );
+    // which build of the kernels ran (on x86-64 the CPU table's row: kernels/x86/cpu.rs;
+    // GPT2_MCU_KERNELS=avx2|avx512|portable overrides it to measure one against the other)
+    println!("kernels: {}", runtime::kernels::KernelReport);
     println!("threads: {}   runs: {runs} (median)   prompt: {prompt_len} tokens (batch {batch})   decode: {n} tokens", threads.threads);
     println!("prefill: {p:.1} tok/s");
     println!("decode:  {d:.1} tok/s");

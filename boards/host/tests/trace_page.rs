@@ -1,6 +1,10 @@
 //! `host trace`'s page in a real browser: headless Chromium (Debian's `chromium`) opens
 //! `index.html` from disk, and the rendered DOM must hold one heatmap per layer × head and every
-//! token, and a screenshot must not be blank.
+//! token; each heatmap's axes are labelled with every position and its token; each cell's hover
+//! text (its SVG `<title>`) is the weight in `attentions.npy` to the printed digits, and its
+//! shade the colour scale's for that weight; the residual chart has ticks on both axes covering
+//! the norms of `resid_pre`/`resid_post`; ranges read "0–14", never "0..15"; a screenshot must not
+//! be blank, and one of `index.html#attn-l0-h0` shows that head enlarged over a darkened page.
 //!
 //! Without Chromium the test says so loudly on stderr and passes, except when
 //! `GPT2_MCU_REQUIRE_CHROMIUM=1` (set by `.ci/run`, which installs it): then it fails.
@@ -36,9 +40,10 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
-/// Headless Chromium on `page` with a fresh profile: `extra` decides what it outputs.
-fn run_chromium(bin: &Path, page: &Path, profile: &Path, extra: &[&str]) -> std::process::Output {
-    let url = format!("file://{}", page.canonicalize().unwrap().display());
+/// Headless Chromium on `page` (with `fragment`, "" or "#id") with a fresh profile: `extra`
+/// decides what it outputs.
+fn run_chromium(bin: &Path, page: &Path, fragment: &str, profile: &Path, extra: &[&str]) -> std::process::Output {
+    let url = format!("file://{}{fragment}", page.canonicalize().unwrap().display());
     let out = Command::new(bin)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
         .arg(format!("--user-data-dir={}", profile.display()))
@@ -63,9 +68,20 @@ fn default_trace(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap()
 }
 
-/// The page's text for a token, as the strip shows it (see trace_page.rs `shown`).
+/// The page's text for a token, as the strip shows it (see trace_page.rs `shown`), as
+/// Chromium's DOM serialises it.
 fn shown(s: &str) -> String {
-    let s = s.replace(' ', "·").replace('\n', "↵").replace('\t', "→");
+    escape(&visible(s))
+}
+
+fn visible(s: &str) -> String {
+    if s.is_empty() {
+        return "∅".into();
+    }
+    s.replace(' ', "·").replace('\n', "↵").replace('\t', "→")
+}
+
+fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
@@ -113,7 +129,7 @@ fn a_gpt_neo_page_draws_bands_and_the_ring_in_chromium() {
             let svg = &html[at..at + html[at..].find("</svg>").unwrap()];
             let cells = cells(svg);
             assert!(cells.len() > t, "layer {l} head {h}: {} cells", cells.len());
-            for &(k, q) in &cells {
+            for &(k, q, _) in &cells {
                 assert!(k <= q && q < t, "layer {l} head {h}: a cell at query {q}, key {k}");
                 if q - k >= w {
                     outside += 1;
@@ -132,38 +148,109 @@ fn a_gpt_neo_page_draws_bands_and_the_ring_in_chromium() {
     let ring = &html[at..at + html[at..].find("</svg>").unwrap()];
     assert!(ring.contains("data-layers=\"1, 3\" data-slots=\"8\""), "{}", &ring[..200]);
     assert_eq!(html.matches("<svg class=\"ring\"").count(), 1);
-    assert!(ring.contains("decode 19 <tspan fill=\"#888\">23..24</tspan><title>slots 0..8 hold positions 16, 17, 18, 19, 20, 21, 22, 23</title>"), "{ring}");
+    assert!(ring.contains("decode 19 <tspan fill=\"#888\">23</tspan><title>slots 0–7 hold positions 16, 17, 18, 19, 20, 21, 22, 23</title>"), "{ring}");
+    assert!(ring.contains("prefill <tspan fill=\"#888\">0–4</tspan>"), "{ring}");
     assert!(ring.contains("fill=\"#f2a097\""), "no slot drawn as reused");
     if let Some(dom) = check_in_chromium(&dir, &json, "a_gpt_neo_page_draws_bands_and_the_ring_in_chromium") {
         assert_eq!(dom.matches("class=\"ring\"").count(), 2, "the ring's heading and map in the DOM");
     }
 }
 
-/// `(key, query)` of every heatmap cell in `svg`.
-fn cells(svg: &str) -> Vec<(usize, usize)> {
-    svg.split('M')
+/// `(key, query, hover text)` of every heatmap cell in `svg` (`<path d="M{key} {query}h1v1h-1z">`
+/// with its `<title>`).
+fn cells(svg: &str) -> Vec<(usize, usize, String)> {
+    svg.split("<path d=\"M")
         .skip(1)
         .filter_map(|c| {
-            let c = c.split_once("h1v1h-1z")?.0;
-            let (k, q) = c.split_once(' ')?;
-            Some((k.parse().ok()?, q.parse().ok()?))
+            let (at, rest) = c.split_once("h1v1h-1z\">")?;
+            let (k, q) = at.split_once(' ')?;
+            let title = rest.strip_prefix("<title>")?.split_once("</title>")?.0;
+            Some((k.parse().ok()?, q.parse().ok()?, title.to_string()))
         })
         .collect()
 }
 
+/// `(fill, key, query, hover text)` of every heatmap cell in `svg`, the fill being that of the
+/// `<g fill="...">` (one per shade) that holds it.
+fn cells_with_fill(svg: &str) -> Vec<(String, usize, usize, String)> {
+    svg.split("<g fill=\"")
+        .skip(1)
+        .flat_map(|g| {
+            let fill = g[..g.find('"').unwrap()].to_string();
+            cells(g).into_iter().map(move |(k, q, title)| (fill.clone(), k, q, title))
+        })
+        .collect()
+}
+
+/// The texts of the `<text class="{class}" ...>` elements in `svg`, in order.
+fn texts<'a>(svg: &'a str, class: &str) -> Vec<&'a str> {
+    let open = format!("<text class=\"{class}\"");
+    svg.match_indices(&open)
+        .map(|(at, _)| {
+            let rest = &svg[at..];
+            let body = &rest[rest.find('>').unwrap() + 1..];
+            &body[..body.find("</text>").unwrap()]
+        })
+        .collect()
+}
+
+/// The `<svg ...>...</svg>` of `dom` that starts with `open`.
+fn svg_at<'a>(dom: &'a str, open: &str) -> &'a str {
+    let at = dom.find(open).unwrap_or_else(|| panic!("no {open} in the page"));
+    &dom[at..at + dom[at..].find("</svg>").unwrap()]
+}
+
+/// `v` printed as `printed` to its digits: |printed − v| is at most half a unit of the last digit.
+fn matches_printed(printed: &str, v: f64) -> bool {
+    let (mantissa, exp) = match printed.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap()),
+        None => (printed, 0),
+    };
+    let decimals = mantissa.split_once('.').map_or(0, |(_, f)| f.len()) as i32;
+    let p: f64 = printed.parse().unwrap_or_else(|_| panic!("not a number: {printed:?}"));
+    (p - v).abs() <= 0.5 * 10f64.powi(exp - decimals) + 1e-12
+}
+
+/// The first `a..b` (digits on both sides) in `s`: ranges must read "a–b".
+fn dotted_range(s: &str) -> Option<&str> {
+    let b = s.as_bytes();
+    (1..b.len().saturating_sub(2)).find(|&i| &b[i..i + 2] == b".." && b[i - 1].is_ascii_digit() && b[i + 2].is_ascii_digit()).map(|i| &s[i.saturating_sub(30)..(i + 30).min(s.len())])
+}
+
+/// A screenshot's pixels as RGB.
+fn load_png(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let ch = info.color_type.samples();
+    assert!(ch >= 3 && info.bit_depth == png::BitDepth::Eight, "unexpected PNG format {:?} {:?}", info.color_type, info.bit_depth);
+    (info.width, info.height, buf[..info.buffer_size()].chunks(ch).map(|p| [p[0], p[1], p[2]]).collect())
+}
+
+fn luminance(p: [u8; 3]) -> f64 {
+    0.299 * p[0] as f64 + 0.587 * p[1] as f64 + 0.114 * p[2] as f64
+}
+
 /// In the page of `dir` (trace.json `json`): no script or external resource, one heatmap per
-/// layer x head; then in headless Chromium: the same heatmaps and every token in the DOM, and a
-/// screenshot that is not blank. Returns the DOM (None: no Chromium, and not required).
+/// layer x head, no "a..b" range; then in headless Chromium: the same heatmaps and every token in
+/// the DOM, the heatmaps' axis labels and hover values, the residual chart's axes, and
+/// screenshots (the page not blank; a head enlarged). Returns the DOM (None: no Chromium, and
+/// not required).
 fn check_in_chromium(dir: &Path, json: &serde_json::Value, test: &str) -> Option<String> {
     let page = dir.join("index.html");
     let html = std::fs::read_to_string(&page).unwrap();
     let (layers, heads) = (json["config"]["n_layer"].as_u64().unwrap() as usize, json["config"]["n_head"].as_u64().unwrap() as usize);
+    let t = json["T"].as_u64().unwrap() as usize;
     let tokens = json["tokens"].as_array().unwrap();
     // self-contained: no script, no external resource
     for banned in ["<script", "http://", "https://", "<link", "@import", "src="] {
         assert!(!html.contains(banned), "index.html contains {banned:?}");
     }
     assert_eq!(html.matches("<svg class=\"heatmap\"").count(), layers * heads, "heatmaps in the file");
+    // positions as people count them: "0–14", never "0..15"
+    assert_eq!(dotted_range(&html), None, "a range printed as a..b");
+    assert!(html.contains("<a href=\"tutorial.html\">"), "no link to the tutorial page");
 
     let Some(bin) = chromium() else {
         if std::env::var("GPT2_MCU_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
@@ -173,40 +260,112 @@ fn check_in_chromium(dir: &Path, json: &serde_json::Value, test: &str) -> Option
         return None;
     };
     // the DOM as Chromium built it
-    let out = run_chromium(&bin, &page, &dir.join("profile-dom"), &["--dump-dom"]);
+    let out = run_chromium(&bin, &page, "", &dir.join("profile-dom"), &["--dump-dom"]);
     let dom = String::from_utf8(out.stdout).unwrap();
     assert!(dom.contains("Inside the model"), "the DOM lacks the page's heading:\n{}", &dom[..dom.len().min(500)]);
     let maps = dom.matches("class=\"heatmap\"").count();
     assert_eq!(maps, layers * heads, "heatmaps in the rendered DOM: {maps}, layers x heads = {}", layers * heads);
-    for l in 0..layers {
-        for h in 0..heads {
-            assert!(dom.contains(&format!("data-layer=\"{l}\" data-head=\"{h}\"")), "no heatmap for layer {l} head {h}");
-        }
-    }
     assert_eq!(dom.matches("class=\"tok ").count(), tokens.len(), "tokens in the strip");
-    for t in tokens {
-        let (pos, text) = (t["pos"].as_u64().unwrap(), t["text"].as_str().unwrap());
+    let mut texts_of = Vec::new();
+    for tok in tokens {
+        let (pos, text) = (tok["pos"].as_u64().unwrap(), tok["text"].as_str().unwrap());
         let span = format!("data-pos=\"{pos}\"");
         let at = dom.find(&span).unwrap_or_else(|| panic!("token {pos} missing from the strip"));
         let rest = &dom[at..];
         let body = &rest[rest.find('>').unwrap() + 1..rest.find("<sub>").unwrap()];
         assert_eq!(body, shown(text).as_str(), "token {pos}'s text");
+        texts_of.push(text.to_string());
     }
+    assert_eq!(texts_of.len(), t);
+    // ranges in the rendered text, and the colour scale with its values
+    let last = t - 1;
+    assert!(dom.contains(&format!("Rows: query positions 0–{last} top to bottom")), "no 0–{last} range on the page");
+    let legend = svg_at(&dom, "<svg class=\"legend\"");
+    assert_eq!(texts(legend, "lvl"), ["0", "0.016", "0.062", "0.14", "0.25", "0.39", "0.56", "0.77", "1"], "the colour scale's values");
+    // each swatch: its colour and the weights it covers (lo, hi], from its hover text
+    let swatches: Vec<(String, f64, f64)> = legend
+        .split("<rect ")
+        .filter_map(|r| {
+            let fill = r.split_once("fill=\"")?.1.split_once('"')?.0.to_string();
+            let (lo, hi) = r.split_once("<title>")?.1.split_once("</title>")?.0.split_once(" &lt; weight ≤ ")?;
+            Some((fill, lo.parse().ok()?, hi.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(swatches.len(), 8, "the colour scale's swatches: {swatches:?}");
+    assert!(swatches[0].1 == 0.0 && swatches[7].2 == 1.0 && swatches.windows(2).all(|w| w[0].2 == w[1].1), "the swatches do not tile (0, 1]: {swatches:?}");
+
+    // every heatmap: both axes labelled with every position and its token; every drawn cell's
+    // hover text is its weight in attentions.npy, and every weight above 0 has its cell
+    let (shape, att) = host_tools::npy::read_f32(&dir.join("attentions.npy")).unwrap();
+    assert_eq!(shape, [layers as u64, heads as u64, t as u64, t as u64]);
+    let want_label = |pos: usize| {
+        let v = visible(&texts_of[pos]);
+        if v.chars().count() > 8 {
+            format!("{pos} {}…", escape(&v.chars().take(7).collect::<String>()))
+        } else {
+            format!("{pos} {}", escape(&v))
+        }
+    };
+    let labels: Vec<String> = (0..t).map(want_label).collect();
+    let mut checked = 0;
+    for l in 0..layers {
+        for h in 0..heads {
+            let svg = svg_at(&dom, &format!("data-layer=\"{l}\" data-head=\"{h}\""));
+            assert_eq!(texts(svg, "q"), labels, "layer {l} head {h}: the query axis (rows)");
+            assert_eq!(texts(svg, "k"), labels, "layer {l} head {h}: the key axis (columns)");
+            let map = &att[(l * heads + h) * t * t..][..t * t];
+            let cells = cells_with_fill(svg);
+            let nonzero = (0..t).flat_map(|q| (0..=q).map(move |k| (q, k))).filter(|&(q, k)| map[q * t + k] > 0.0).count();
+            assert_eq!(cells.len(), nonzero, "layer {l} head {h}: cells drawn, weights above 0");
+            for (fill, k, q, title) in &cells {
+                let v = map[q * t + k] as f64;
+                let (_, lo, hi) = swatches.iter().find(|s| &s.0 == fill).unwrap_or_else(|| panic!("layer {l} head {h}: cell ({q}, {k}) in {fill}, not a colour of the scale"));
+                assert!(*lo < v && v <= hi * (1.0 + 1e-6), "layer {l} head {h}: cell ({q}, {k}) weight {v} drawn in the shade of ({lo}, {hi}]");
+                let head = format!("query {q} {} reads key {k} {}: ", escape(&visible(&texts_of[*q])), escape(&visible(&texts_of[*k])));
+                let printed = title.strip_prefix(head.as_str()).unwrap_or_else(|| panic!("layer {l} head {h}: cell ({q}, {k}) hover text {title:?}, want it to start {head:?}"));
+                assert!(matches_printed(printed, v), "layer {l} head {h}: cell ({q}, {k}) hover {printed}, attentions.npy {v}");
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("{test}: {checked} heatmap cells' hover values equal attentions.npy to their printed digits");
+
+    // the residual chart: a tick per point (emb, 0, 1, ...), y ticks from 0 up past the
+    // largest norm of resid_pre[0] / resid_post rows, and both axis titles
+    let chart = svg_at(&dom, "<svg class=\"chart residual\"");
+    let want_x: Vec<String> = std::iter::once("emb".to_string()).chain((0..layers).map(|l| l.to_string())).collect();
+    assert_eq!(texts(chart, "xtick"), want_x, "the residual chart's x ticks");
+    let y: Vec<f64> = texts(chart, "ytick").iter().map(|v| v.parse().unwrap()).collect();
+    let norms = |name: &str| {
+        let (shape, v) = host_tools::npy::read_f32(&dir.join(name)).unwrap();
+        let c = *shape.last().unwrap() as usize;
+        v.chunks(c).map(|r| r.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt()).collect::<Vec<_>>()
+    };
+    let max = norms("resid_post.npy").into_iter().chain(norms("resid_pre.npy").into_iter().take(t)).fold(0.0, f64::max);
+    assert!(y.len() >= 4 && y[0] == 0.0 && y.windows(2).all(|w| w[1] > w[0]), "the residual chart's y ticks: {y:?}");
+    assert!(y[y.len() - 1] >= max && y[y.len() - 2] < max, "y ticks {y:?} do not end just above the largest norm {max}");
+    assert_eq!(texts(chart, "xtitle").len() + texts(chart, "ytitle").len(), 2, "the residual chart's axis titles");
+
     // a screenshot: not blank (enough distinct, non-white pixels)
     let shot = dir.join("shot.png");
-    run_chromium(&bin, &page, &dir.join("profile-shot"), &["--window-size=1200,1600", &format!("--screenshot={}", shot.display())]);
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    let ch = info.color_type.samples();
-    assert!(ch >= 3 && info.bit_depth == png::BitDepth::Eight, "unexpected PNG format {:?} {:?}", info.color_type, info.bit_depth);
-    let lum: Vec<f64> = buf[..info.buffer_size()].chunks(ch).map(|p| 0.299 * p[0] as f64 + 0.587 * p[1] as f64 + 0.114 * p[2] as f64).collect();
+    run_chromium(&bin, &page, "", &dir.join("profile-shot"), &["--window-size=1200,1600", &format!("--screenshot={}", shot.display())]);
+    let (w, ht, px) = load_png(&shot);
+    let lum: Vec<f64> = px.iter().map(|&p| luminance(p)).collect();
     let mean = lum.iter().sum::<f64>() / lum.len() as f64;
     let var = lum.iter().map(|l| (l - mean) * (l - mean)).sum::<f64>() / lum.len() as f64;
     let inked = lum.iter().filter(|&&l| l < 200.0).count() as f64 / lum.len() as f64;
-    eprintln!("screenshot {}x{}: luminance mean {mean:.1}, variance {var:.1}, {:.1}% of pixels darker than 200", info.width, info.height, 100.0 * inked);
+    eprintln!("screenshot {w}x{ht}: luminance mean {mean:.1}, variance {var:.1}, {:.1}% of pixels darker than 200", 100.0 * inked);
     assert!(var > 100.0 && inked > 0.02, "the screenshot looks blank: variance {var:.1}, {:.2}% inked", 100.0 * inked);
+    assert!(luminance(px[0]) > 250.0, "the page's corner is not white");
+    // a head enlarged (index.html#attn-l0-h0, what clicking it opens): the page behind is
+    // darkened, and the heatmap's blues fill a good part of the window
+    let big = dir.join("big.png");
+    run_chromium(&bin, &page, "#attn-l0-h0", &dir.join("profile-big"), &["--window-size=1200,900", &format!("--screenshot={}", big.display())]);
+    let (_, _, px) = load_png(&big);
+    let blue = px.iter().filter(|p| p[2] as i32 - p[0] as i32 > 20).count() as f64 / px.len() as f64;
+    eprintln!("enlarged head: corner luminance {:.1}, {:.1}% of pixels blue", luminance(px[0]), 100.0 * blue);
+    assert!(luminance(px[0]) < 180.0, "#attn-l0-h0 does not darken the page behind the enlarged head");
+    assert!(blue > 0.10, "#attn-l0-h0: the enlarged heatmap covers {:.1}% of the window", 100.0 * blue);
     Some(dom)
 }
 

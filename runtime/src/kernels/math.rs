@@ -106,11 +106,11 @@ pub fn gelu_tanh(x: f32) -> f32 {
 pub fn gelu_tanh_slice(x: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        if let Some(d) = super::x86::Avx512::detect() {
-            return d.gelu_tanh_slice(x);
-        }
-        if let Some(d) = super::x86::Avx2::detect() {
-            return d.gelu_tanh_slice(x);
+        use super::x86::{cpu::Build, other_build, Avx2, Avx512};
+        match (other_build(), Avx512::detect(), Avx2::detect()) {
+            (Build::Avx512, Some(d), _) => return d.gelu_tanh_slice(x),
+            (Build::Avx512 | Build::Avx2, _, Some(d)) => return d.gelu_tanh_slice(x),
+            _ => {}
         }
     }
     gelu_tanh_slice_portable(x);

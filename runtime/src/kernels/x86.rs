@@ -10,19 +10,33 @@ use core::mem::MaybeUninit;
 use half::f16;
 
 mod amx;
+pub mod cpu;
 
 use super::{attention_impl, linear_impl, quant_job, reduce, wide16_len, Attend, Dots, KvElem, Matrix, MatrixData, Outputs, QuantJob, QuantOrder, LANES};
 use crate::kv_cache::{HeadRows, KvHead};
 
-/// Whether the CPU has AVX-512F/BW, and `GPT2_MCU_NO_AVX512` (set and not "0") does not turn
-/// the AVX-512 paths off (to run and time the AVX2 ones on this CPU). Asked once.
+/// Whether the CPU has AVX-512F/BW and no override (`GPT2_MCU_NO_AVX512`, `GPT2_MCU_KERNELS=avx2`
+/// or `portable`) turns it off. Which operations then run on it is [`cpu::chosen`]'s table.
 pub(super) fn has_avx512f() -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| {
-        std::env::var_os("GPT2_MCU_NO_AVX512").is_none_or(|v| v == "0")
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-    })
+    cpu::chosen().allows(cpu::Build::Avx512)
+}
+
+/// The build that runs `linear` with `w` over `tokens` tokens (decode when 1): the table's.
+pub(super) fn linear_build(w: &Matrix<'_>, tokens: usize) -> cpu::Build {
+    let c = &cpu::chosen().choice;
+    let d = match w.data {
+        MatrixData::F32(_) => 0,
+        MatrixData::F16(_) => 1,
+        MatrixData::Q8 { .. } => 2,
+        MatrixData::Q4 { .. } => 3,
+    };
+    let per = if tokens <= 1 { &c.decode } else { &c.prefill };
+    per.get(d).copied().unwrap_or(cpu::Build::Portable)
+}
+
+/// The build of attention, softmax and the elementwise activations: the table's.
+pub(super) fn other_build() -> cpu::Build {
+    cpu::chosen().choice.other
 }
 
 /// Proof that the CPU has AVX2 and F16C: made only by [`Avx2::detect`].
@@ -31,7 +45,7 @@ pub(super) struct Avx2(());
 impl Avx2 {
     pub(super) fn detect() -> Option<Self> {
         // every AVX2 CPU has F16C (Intel since Ivy Bridge, AMD since Piledriver); checked anyway
-        (std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")).then_some(Self(()))
+        cpu::chosen().allows(cpu::Build::Avx2).then_some(Self(()))
     }
 
     pub(super) fn linear(&self, out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]) {
@@ -538,11 +552,8 @@ pub(super) fn decode_prefetch(f32_rows: bool) -> bool {
     let (f32, narrow) = *ON.get_or_init(|| match std::env::var("GPT2_MCU_DECODE_PREFETCH").ok().as_deref() {
         Some("1") => (true, true),
         Some("0") => (false, false),
-        _ => {
-            // (cpuid leaf 0 exists on every x86-64 CPU: a safe intrinsic)
-            let id = __cpuid(0);
-            ([id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == *b"GenuineIntel", true)
-        }
+        // the CPU table's (kernels/x86/cpu.rs): Intel yes, AMD no
+        _ => (cpu::chosen().choice.prefetch_f32_rows, true),
     });
     if f32_rows { f32 } else { narrow }
 }
@@ -718,14 +729,9 @@ fn lane_mask(lane: usize) -> __m256 {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn add_tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usize, g: usize, sx: f32, n: usize, acc: &mut Acc8) {
-    // SAFETY: the caller's contract: AVX2, and every gathered index is a row's scale of group g.
+    // SAFETY: the caller's contract.
     unsafe {
-        let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
-        let lanes_rows = [r0, r2, r4, r6, r1, r3, r5, r7].map(|r| (r * gpr + g) as i32);
-        let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
-        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(sx)));
-        // back to rows 0..8
-        let term = _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let term = tail8_terms(isum, wsc, rows, gpr, g, sx);
         let lane = lane_mask(g % AVX2_BLOCK);
         let odd = !(g / AVX2_BLOCK).is_multiple_of(2);
         for (r, [even_acc, odd_acc]) in acc.iter_mut().enumerate().take(n) {
@@ -734,6 +740,54 @@ unsafe fn add_tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr:
             *a = _mm256_add_ps(*a, _mm256_and_ps(v, lane));
         }
     }
+}
+
+/// The float terms of group g for 8 rows, lane r = row r: from `isum` (rows 0, 2, 4, 6 | 1, 3,
+/// 5, 7's exact integer group sums), `cvt(sum) · (scale · sx)`, each row's scale gathered from
+/// `wsc` at `rows[r] · gpr + g`.
+///
+/// # Safety
+/// As [`add_tail8_terms`].
+#[inline(always)]
+unsafe fn tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usize, g: usize, sx: f32) -> __m256 {
+    // SAFETY: the caller's contract: AVX2, and every gathered index is a row's scale of group g.
+    unsafe {
+        let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
+        let lanes_rows = [r0, r2, r4, r6, r1, r3, r5, r7].map(|r| (r * gpr + g) as i32);
+        let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
+        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(sx)));
+        // back to rows 0..8
+        _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+}
+
+/// Decode's end of 8 whole rows at once, with their tail groups added in the transposed
+/// accumulators: `lo[r]` / `hi[r]` are row r's block accumulators (lanes 0-7 / 8-15 of its
+/// 16-lane sums), `tails` the float terms of its groups `full..gpr` (lane r = row r, from
+/// [`tail8_terms`]). Lane r of the result is row r's sum: each lane does what
+/// [`add_tail8_terms`] then [`reduce8_avx2`] do to it, in the same order (a tail term added to
+/// lane g % 8 of the even or odd block's accumulator, then lanes i + i+8, i + i+4, i + i+2,
+/// i + i+1), so the same bits; the transposes move values without arithmetic. In place of 8
+/// broadcasts, masks and adds a tail group and row, one add per tail group for the 8 rows.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn rows8_end(lo: [__m256; 8], hi: Option<[__m256; 8]>, tails: impl Iterator<Item = (usize, __m256)>) -> __m256 {
+    let t = |v: [__m256; 8]| transpose8x32(v.map(|x| _mm256_castps_si256(x))).map(|x| _mm256_castsi256_ps(x));
+    // l[j], h[j]: lane r holds row r's lane j (h: +0.0 where the rows have no odd blocks)
+    let mut l = t(lo);
+    let mut h = hi.map_or([_mm256_setzero_ps(); 8], t);
+    for (g, term) in tails {
+        let acc = if (g / AVX2_BLOCK) % 2 == 1 { &mut h } else { &mut l };
+        if let Some(a) = acc.get_mut(g % AVX2_BLOCK) {
+            *a = _mm256_add_ps(*a, term);
+        }
+    }
+    let [v0, v1, v2, v3, v4, v5, v6, v7] = core::array::from_fn(|j| match (l.get(j), h.get(j)) {
+        (Some(&a), Some(&b)) => _mm256_add_ps(a, b),
+        _ => _mm256_setzero_ps(),
+    });
+    let (w0, w1, w2, w3) = (_mm256_add_ps(v0, v4), _mm256_add_ps(v1, v5), _mm256_add_ps(v2, v6), _mm256_add_ps(v3, v7));
+    _mm256_add_ps(_mm256_add_ps(w0, w2), _mm256_add_ps(w1, w3))
 }
 
 /// Up to 8 decoded rows' `lo + hi`, waiting for [`reduce8_avx2`].
@@ -1853,7 +1907,7 @@ mod tests {
         let takes = |q4: bool, cols: usize| if q4 { cols.is_multiple_of(32) } else { room(cols, 32) };
         // SAFETY: AVX2 and F16C are present (checked).
         let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
-        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224), (20, 288), (7, 288), (5, 352), (4, 416), (3, 64)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224), (20, 288), (7, 288), (5, 352), (4, 416), (3, 64), (9, 352), (16, 416), (17, 608), (8, 800), (9, 256), (16, 512)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
         // lane tiles (16 rows × 4 tokens, from 4 tokens on), the last rows' tile part empty (1,
@@ -2333,7 +2387,6 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
         }
         return true;
     }
-    let mut store = |t: usize, o: usize, y: f32| outs.one(t, o, y);
     let block_rows = (256 * 1024 / row_bytes).max(1);
     for r0 in (0..rows).step_by(block_rows) {
         let r1 = (r0 + block_rows).min(rows);
@@ -2344,8 +2397,8 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
             unsafe {
                 if q4 {
                     match nt {
-                        1 => a.rows_q4::<1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        _ => a.rows_q4::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        1 => a.rows_q4::<1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        _ => a.rows_q4::<QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
                     }
                 } else if gpr <= 4 {
                     // rows of at most 4 groups: two rows a block; with 4 groups of 16 or more,
@@ -2356,26 +2409,26 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
                     let (wp, sp) = (data.as_ptr(), scales.as_ptr());
                     match nt {
                         1 => {
-                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
-                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
+                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
                         }
                         _ => {
-                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut store);
-                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut store);
+                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
+                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
                         }
                     }
                     if pairs_end < r1 {
                         match nt {
-                            1 => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
-                            _ => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut store),
+                            1 => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut outs),
+                            _ => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), pairs_end..r1, t0, nt, &mut outs),
                         }
                     }
                 } else {
                     match (full, nt) {
-                        (true, 1) => a.rows_q8::<true, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        (true, _) => a.rows_q8::<true, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        (false, 1) => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
-                        (false, _) => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut store),
+                        (true, 1) => a.rows_q8::<true, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        (true, _) => a.rows_q8::<true, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        (false, 1) => a.rows_q8::<false, 1>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
+                        (false, _) => a.rows_q8::<false, QUANT_TOKENS>(data.as_ptr(), scales.as_ptr(), r0..r1, t0, nt, &mut outs),
                     }
                 }
             }
@@ -2471,7 +2524,7 @@ impl Avx2Quant {
     /// of 8; AVX2.
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_q8<const FULL: bool, const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn rows_q8<const FULL: bool, const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, outs: &mut Outputs<'_>) {
         let Self { cols, gpr, group, .. } = *self;
         let nt = nt.min(NT);
         // masked loads (groups below 32; the last, partial block): the dword masks of each
@@ -2490,11 +2543,20 @@ impl Avx2Quant {
             // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): 8
             // rows at a time, their whole blocks row by row, then each last group for the 8 rows
             // at once ([`Self::tail8_q8`]; alone, one group cost a row about half a block), then
-            // the 8 rows' sums reduced together. `rows_q4` has the same loop: through a shared
-            // driver taking closures, its kernel ran 4% slower (25.1 -> 24.0 G MAC/s on 32000 x
-            // 288), so each writes it out.
+            // the 8 rows' sums reduced together: whole eights in [`Self::rows8_q8_decode`], the
+            // last 1-7 rows below. `rows_q4` has the same loop: through a shared driver taking
+            // closures, its kernel ran 4% slower (25.1 -> 24.0 G MAC/s on 32000 x 288), so each
+            // writes it out.
             let mut pending = Pending8::new();
             let mut o = rows.start;
+            while o + 8 <= rows.end {
+                // SAFETY: rows o..o+8 < rows.end and the token t0 exist (the caller's contract).
+                let z = unsafe { self.rows8_q8_decode(wrows, wsc, o, t0) };
+                // SAFETY: AVX2 (this function's).
+                unsafe { outs.lanes(t0, o, 8, z) };
+                o += 8;
+            }
+            let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
             while o < rows.end {
                 let n = (rows.end - o).min(8);
                 let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
@@ -2523,6 +2585,7 @@ impl Avx2Quant {
             return;
         }
         // decode: the sums of 8 rows at a time reduced together ([`reduce8_avx2`])
+        let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
         let mut pending = Pending8::new();
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
@@ -2574,7 +2637,62 @@ impl Avx2Quant {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn tail8_q8(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut Acc8) {
-        let Self { cols, gpr, x_stride, wide, xs, .. } = *self;
+        let Self { gpr, xs, .. } = *self;
+        let row = |r: usize| o + if r < n { r } else { 0 };
+        // SAFETY: the caller's contract.
+        unsafe { add_tail8_terms(self.tail8_q8_isum(wrows, o, n, g, t), wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc) };
+    }
+
+    /// [`Self::tail8_q8`] for rows o..o+8 whose accumulators [`rows8_end`] takes: the group's
+    /// float terms, lane r = row r.
+    ///
+    /// # Safety
+    /// Rows o..o+8 and group g of them and of token t must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tail8_q8_terms(&self, wrows: *const u8, wsc: *const f32, o: usize, g: usize, t: usize) -> __m256 {
+        let Self { gpr, xs, .. } = *self;
+        // SAFETY: the caller's contract.
+        unsafe { tail8_terms(self.tail8_q8_isum(wrows, o, 8, g, t), wsc, core::array::from_fn(|r| o + r), gpr, g, *xs.add(t * gpr + g)) }
+    }
+
+    /// Decode of 8 whole q8 rows o..o+8 (groups of 32) against token t whose last 1-7 groups are
+    /// not a whole block: as [`Self::rows8_q4_decode`].
+    ///
+    /// # Safety
+    /// Rows o..o+8 and token t must exist; groups of 32; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows8_q8_decode(&self, wrows: *const u8, wsc: *const f32, o: usize, t: usize) -> __m256 {
+        let Self { cols, gpr, .. } = *self;
+        let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
+        let (mut lo, mut hi) = ([[_mm256_setzero_ps(); 1]; 8], [[_mm256_setzero_ps(); 1]; 8]);
+        for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            // SAFETY: the caller's contract (row o + r, the token t).
+            let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols), wsc.add((o + r) * gpr)) };
+            for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                unsafe { self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t, 1, lo) };
+                if g0 + AVX2_BLOCK < full {
+                    // SAFETY: as above.
+                    unsafe { self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t, 1, hi) };
+                }
+            }
+        }
+        let hi = (full > AVX2_BLOCK).then(|| hi.map(|[v]| v));
+        // SAFETY: rows o..o+8 and groups full..gpr exist (the caller's contract).
+        rows8_end(lo.map(|[v]| v), hi, (full..gpr).map(|g| (g, unsafe { self.tail8_q8_terms(wrows, wsc, o, g, t) })))
+    }
+
+    /// Group g's exact integer sums of `n ≤ 8` q8 rows from row o against token t, rows 0, 2,
+    /// 4, 6 | 1, 3, 5, 7 (rows past n read row o again).
+    ///
+    /// # Safety
+    /// As [`Self::tail8_q8`].
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tail8_q8_isum(&self, wrows: *const u8, o: usize, n: usize, g: usize, t: usize) -> __m256i {
+        let Self { cols, x_stride, wide, .. } = *self;
         let row = |r: usize| o + if r < n { r } else { 0 };
         // SAFETY (every raw read): the caller's contract; rows past n read row o.
         unsafe {
@@ -2593,8 +2711,7 @@ impl Avx2Quant {
                 _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3))
             });
             // rows 0, 2, 4, 6 | 1, 3, 5, 7
-            let isum = _mm256_srai_epi32::<8>(_mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3])));
-            add_tail8_terms(isum, wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc);
+            _mm256_srai_epi32::<8>(_mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3])))
         }
     }
 
@@ -2750,15 +2867,26 @@ impl Avx2Quant {
     /// As [`Self::rows_q8`] (rows of `cols / 2` bytes; tokens in `q`, `xs` and `sums`).
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn rows_q4<const NT: usize>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, outs: &mut Outputs<'_>) {
         let Self { cols, gpr, .. } = *self;
         let nt = nt.min(NT);
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
-        if NT == 1 && full < gpr {
+        if NT == 1 && full >= AVX2_BLOCK {
             // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): the loop of
-            // `rows_q8`'s decode branch, with the q4 block and tail ([`Self::tail8_q4`])
+            // `rows_q8`'s decode branch, with the q4 block and tail ([`Self::tail8_q4`]). Rows of
+            // whole blocks take it too (GPT-2's 768 and 3072 columns: 1-4% faster in
+            // `linear-ab`, one token; q8's whole-block rows were 2-6% slower this way, their
+            // named register accumulators below beat the eights' stack arrays)
             let mut pending = Pending8::new();
             let mut o = rows.start;
+            while o + 8 <= rows.end {
+                // SAFETY: rows o..o+8 < rows.end and the token t0 exist (the caller's contract).
+                let z = unsafe { self.rows8_q4_decode(wrows, wsc, o, t0) };
+                // SAFETY: AVX2 (this function's).
+                unsafe { outs.lanes(t0, o, 8, z) };
+                o += 8;
+            }
+            let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
             while o < rows.end {
                 let n = (rows.end - o).min(8);
                 let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
@@ -2786,6 +2914,7 @@ impl Avx2Quant {
             pending.flush(t0, store);
             return;
         }
+        let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
         let mut pending = Pending8::new();
         for o in rows {
             // SAFETY: the caller's contract (row o, tokens t0..t0+nt).
@@ -2836,7 +2965,21 @@ impl Avx2Quant {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn tail8_q4(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut Acc8) {
-        let Self { cols, gpr, xs, sums, .. } = *self;
+        let Self { gpr, xs, .. } = *self;
+        let row = |r: usize| o + if r < n { r } else { 0 };
+        // SAFETY: the caller's contract.
+        unsafe { add_tail8_terms(self.tail8_q4_isum(wrows, o, n, g, t), wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc) };
+    }
+
+    /// Group g's exact integer sums of `n ≤ 8` q4 rows from row o against token t (less 8 · Σx),
+    /// rows 0, 2, 4, 6 | 1, 3, 5, 7 (rows past n read row o again).
+    ///
+    /// # Safety
+    /// As [`Self::tail8_q4`].
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tail8_q4_isum(&self, wrows: *const u8, o: usize, n: usize, g: usize, t: usize) -> __m256i {
+        let Self { cols, gpr, sums, .. } = *self;
         let row = |r: usize| o + if r < n { r } else { 0 };
         // SAFETY (every raw read): the caller's contract; rows past n read row o.
         unsafe {
@@ -2852,9 +2995,50 @@ impl Avx2Quant {
             });
             // rows 0, 2, 4, 6 | 1, 3, 5, 7
             let isum = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
-            let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8i32.wrapping_mul(*sums.add(t * gpr + g))));
-            add_tail8_terms(isum, wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc);
+            _mm256_sub_epi32(isum, _mm256_set1_epi32(8i32.wrapping_mul(*sums.add(t * gpr + g))))
         }
+    }
+
+    /// [`Self::tail8_q4`] for rows o..o+8 whose accumulators [`rows8_end`] takes: the group's
+    /// float terms, lane r = row r.
+    ///
+    /// # Safety
+    /// Rows o..o+8 and group g of them and of token t must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tail8_q4_terms(&self, wrows: *const u8, wsc: *const f32, o: usize, g: usize, t: usize) -> __m256 {
+        let Self { gpr, xs, .. } = *self;
+        // SAFETY: the caller's contract.
+        unsafe { tail8_terms(self.tail8_q4_isum(wrows, o, 8, g, t), wsc, core::array::from_fn(|r| o + r), gpr, g, *xs.add(t * gpr + g)) }
+    }
+
+    /// Decode of 8 whole q4 rows o..o+8 against token t whose last 1-7 groups are not a whole
+    /// block (stories15M's 288 columns: 8 + 1): their blocks one row at a time, then the tail
+    /// groups and the sums of all 8 in [`rows8_end`]. Lane r of the result is row o + r.
+    ///
+    /// # Safety
+    /// Rows o..o+8 and token t must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows8_q4_decode(&self, wrows: *const u8, wsc: *const f32, o: usize, t: usize) -> __m256 {
+        let Self { cols, gpr, .. } = *self;
+        let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
+        let (mut lo, mut hi) = ([[_mm256_setzero_ps(); 1]; 8], [[_mm256_setzero_ps(); 1]; 8]);
+        for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            // SAFETY: the caller's contract (row o + r, the token t).
+            let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols / 2), wsc.add((o + r) * gpr)) };
+            for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
+                // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
+                unsafe { self.block_q4::<1>(wrow, wsc, g0, t, 1, lo) };
+                if g0 + AVX2_BLOCK < full {
+                    // SAFETY: as above.
+                    unsafe { self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t, 1, hi) };
+                }
+            }
+        }
+        let hi = (full > AVX2_BLOCK).then(|| hi.map(|[v]| v));
+        // SAFETY: rows o..o+8 and groups full..gpr exist (the caller's contract).
+        rows8_end(lo.map(|[v]| v), hi, (full..gpr).map(|g| (g, unsafe { self.tail8_q4_terms(wrows, wsc, o, g, t) })))
     }
 
     /// Group g's int8 activations of token t for the q4 kernels: its 16 even-position values,
