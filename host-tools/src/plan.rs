@@ -21,7 +21,7 @@ use crate::boards::{Board, Memory, Part, Region};
 
 /// Code and constants of the measured firmware: `.vector_table + .text + .rodata + .data` of
 /// qemu-m4 in `boards/expected/qemu-m4.size` (the larger of the two QEMU builds; qemu-m55's is
-/// 202,180 B). It includes the boot self-checks (the kernels against the portable reference
+/// 202,148 B). It includes the boot self-checks (the kernels against the portable reference
 /// on 172 shapes) and every family's code: GPT-2, GPT-Neo and Llama (RMSNorm, RoPE with
 /// `libm`'s `powf`/`sincosf`, the gated MLP, grouped-query attention's shared int8 key/value
 /// reads, the q8 row kernel for stories260K's groups of 172) and both tokenizers (byte-level

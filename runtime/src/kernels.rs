@@ -1598,12 +1598,13 @@ fn attention_group_i8<const G: usize, const D: usize>(
         let mut acc = [[-0.0f32; 4]; G];
         if D != 0 {
             // the same products and adds, in the same order, on arrays of the known width
-            let (q, k) = (qd, [k0, k1, k2, k3].map(|k| k.first_chunk::<D>().copied().unwrap_or([0; D])));
-            for i in 0..D {
-                let b = [k[0][i] as f32, k[1][i] as f32, k[2][i] as f32, k[3][i] as f32];
-                for (a, qg) in acc.iter_mut().zip(&q) {
+            let [c0, c1, c2, c3] = [k0, k1, k2, k3].map(|k| k.first_chunk::<D>().copied().unwrap_or([0; D]));
+            for (i, (((&b0, &b1), &b2), &b3)) in c0.iter().zip(&c1).zip(&c2).zip(&c3).enumerate() {
+                let b = [b0 as f32, b1 as f32, b2 as f32, b3 as f32];
+                for (a, qg) in acc.iter_mut().zip(&qd) {
+                    let qi = qg.get(i).copied().unwrap_or(0.0);
                     for (a, &b) in a.iter_mut().zip(&b) {
-                        *a += qg[i] * b;
+                        *a += qi * b;
                     }
                 }
             }
@@ -1620,8 +1621,8 @@ fn attention_group_i8<const G: usize, const D: usize>(
         for j in 0..n {
             let k = ks.next().unwrap_or(0.0);
             for (g, a) in acc.iter().enumerate() {
-                if let Some(x) = scores.get_mut(g * s_len + start + j) {
-                    *x = a[j] * k * scale;
+                if let (Some(x), Some(&aj)) = (scores.get_mut(g * s_len + start + j), a.get(j)) {
+                    *x = aj * k * scale;
                 }
             }
         }
@@ -1641,14 +1642,14 @@ fn attention_group_i8<const G: usize, const D: usize>(
         let mut acc = [[0.0f32; 4]; G];
         if D != 0 && G == 2 {
             // two heads: their weights side by side, no index checks
-            let (w0, w1) = (ws[0], ws.get(1).copied().unwrap_or(&[]));
-            for ((&w0, &w1), v) in w0.iter().zip(w1).zip(column(i)) {
-                if let Some(v) = v.first_chunk::<4>() {
-                    let v = v.map(|v| v as f32);
-                    for (k, &v) in v.iter().enumerate() {
-                        acc[0][k] += w0 * v;
-                        if let Some(a) = acc.get_mut(1) {
-                            a[k] += w1 * v;
+            let (w0, w1) = (ws.first().copied().unwrap_or(&[]), ws.get(1).copied().unwrap_or(&[]));
+            if let [a0, a1] = acc.as_mut_slice() {
+                for ((&w0, &w1), v) in w0.iter().zip(w1).zip(column(i)) {
+                    if let Some(v) = v.first_chunk::<4>() {
+                        let v = v.map(|v| v as f32);
+                        for ((a0, a1), &v) in a0.iter_mut().zip(a1.iter_mut()).zip(&v) {
+                            *a0 += w0 * v;
+                            *a1 += w1 * v;
                         }
                     }
                 }
