@@ -2543,19 +2543,13 @@ impl Avx2Quant {
             // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): 8
             // rows at a time, their whole blocks row by row, then each last group for the 8 rows
             // at once ([`Self::tail8_q8`]; alone, one group cost a row about half a block), then
-            // the 8 rows' sums reduced together: whole eights in [`Self::rows8_q8_decode`], the
+            // the 8 rows' sums reduced together: whole eights in [`Self::decode_eights`], the
             // last 1-7 rows below. `rows_q4` has the same loop: through a shared driver taking
             // closures, its kernel ran 4% slower (25.1 -> 24.0 G MAC/s on 32000 x 288), so each
             // writes it out.
             let mut pending = Pending8::new();
-            let mut o = rows.start;
-            while o + 8 <= rows.end {
-                // SAFETY: rows o..o+8 < rows.end and the token t0 exist (the caller's contract).
-                let z = unsafe { self.rows8_q8_decode(wrows, wsc, o, t0) };
-                // SAFETY: AVX2 (this function's).
-                unsafe { outs.lanes(t0, o, 8, z) };
-                o += 8;
-            }
+            // SAFETY: the caller's contract (rows `rows`, the token t0).
+            let mut o = unsafe { self.decode_eights::<false>(wrows, wsc, rows.clone(), t0, outs) };
             let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
             while o < rows.end {
                 let n = (rows.end - o).min(8);
@@ -2641,47 +2635,6 @@ impl Avx2Quant {
         let row = |r: usize| o + if r < n { r } else { 0 };
         // SAFETY: the caller's contract.
         unsafe { add_tail8_terms(self.tail8_q8_isum(wrows, o, n, g, t), wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc) };
-    }
-
-    /// [`Self::tail8_q8`] for rows o..o+8 whose accumulators [`rows8_end`] takes: the group's
-    /// float terms, lane r = row r.
-    ///
-    /// # Safety
-    /// Rows o..o+8 and group g of them and of token t must exist; AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tail8_q8_terms(&self, wrows: *const u8, wsc: *const f32, o: usize, g: usize, t: usize) -> __m256 {
-        let Self { gpr, xs, .. } = *self;
-        // SAFETY: the caller's contract.
-        unsafe { tail8_terms(self.tail8_q8_isum(wrows, o, 8, g, t), wsc, core::array::from_fn(|r| o + r), gpr, g, *xs.add(t * gpr + g)) }
-    }
-
-    /// Decode of 8 whole q8 rows o..o+8 (groups of 32) against token t whose last 1-7 groups are
-    /// not a whole block: as [`Self::rows8_q4_decode`].
-    ///
-    /// # Safety
-    /// Rows o..o+8 and token t must exist; groups of 32; AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows8_q8_decode(&self, wrows: *const u8, wsc: *const f32, o: usize, t: usize) -> __m256 {
-        let Self { cols, gpr, .. } = *self;
-        let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
-        let (mut lo, mut hi) = ([[_mm256_setzero_ps(); 1]; 8], [[_mm256_setzero_ps(); 1]; 8]);
-        for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
-            // SAFETY: the caller's contract (row o + r, the token t).
-            let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols), wsc.add((o + r) * gpr)) };
-            for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                unsafe { self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t, 1, lo) };
-                if g0 + AVX2_BLOCK < full {
-                    // SAFETY: as above.
-                    unsafe { self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t, 1, hi) };
-                }
-            }
-        }
-        let hi = (full > AVX2_BLOCK).then(|| hi.map(|[v]| v));
-        // SAFETY: rows o..o+8 and groups full..gpr exist (the caller's contract).
-        rows8_end(lo.map(|[v]| v), hi, (full..gpr).map(|g| (g, unsafe { self.tail8_q8_terms(wrows, wsc, o, g, t) })))
     }
 
     /// Group g's exact integer sums of `n ≤ 8` q8 rows from row o against token t, rows 0, 2,
@@ -2878,14 +2831,8 @@ impl Avx2Quant {
             // `linear-ab`, one token; q8's whole-block rows were 2-6% slower this way, their
             // named register accumulators below beat the eights' stack arrays)
             let mut pending = Pending8::new();
-            let mut o = rows.start;
-            while o + 8 <= rows.end {
-                // SAFETY: rows o..o+8 < rows.end and the token t0 exist (the caller's contract).
-                let z = unsafe { self.rows8_q4_decode(wrows, wsc, o, t0) };
-                // SAFETY: AVX2 (this function's).
-                unsafe { outs.lanes(t0, o, 8, z) };
-                o += 8;
-            }
+            // SAFETY: the caller's contract (rows `rows`, the token t0).
+            let mut o = unsafe { self.decode_eights::<true>(wrows, wsc, rows.clone(), t0, outs) };
             let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
             while o < rows.end {
                 let n = (rows.end - o).min(8);
@@ -2999,46 +2946,73 @@ impl Avx2Quant {
         }
     }
 
-    /// [`Self::tail8_q4`] for rows o..o+8 whose accumulators [`rows8_end`] takes: the group's
-    /// float terms, lane r = row r.
+    /// The first rows of `rows` in whole eights, decoded against token t by
+    /// [`Self::rows8_decode`] and stored 8 at a time; returns the first row not done (the last
+    /// 1-7 rows are the caller's). Q4: q4 rows, else q8 in groups of 32.
     ///
     /// # Safety
-    /// Rows o..o+8 and group g of them and of token t must exist; AVX2.
+    /// Rows `rows` and token t must exist; AVX2.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tail8_q4_terms(&self, wrows: *const u8, wsc: *const f32, o: usize, g: usize, t: usize) -> __m256 {
-        let Self { gpr, xs, .. } = *self;
-        // SAFETY: the caller's contract.
-        unsafe { tail8_terms(self.tail8_q4_isum(wrows, o, 8, g, t), wsc, core::array::from_fn(|r| o + r), gpr, g, *xs.add(t * gpr + g)) }
+    unsafe fn decode_eights<const Q4: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t: usize, outs: &mut Outputs<'_>) -> usize {
+        let mut o = rows.start;
+        while o + 8 <= rows.end {
+            // SAFETY: rows o..o+8 < rows.end and the token t exist (the caller's contract).
+            let z = unsafe { self.rows8_decode::<Q4>(wrows, wsc, o, t) };
+            // SAFETY: AVX2 (this function's).
+            unsafe { outs.lanes(t, o, 8, z) };
+            o += 8;
+        }
+        o
     }
 
-    /// Decode of 8 whole q4 rows o..o+8 against token t whose last 1-7 groups are not a whole
-    /// block (stories15M's 288 columns: 8 + 1): their blocks one row at a time, then the tail
-    /// groups and the sums of all 8 in [`rows8_end`]. Lane r of the result is row o + r.
+    /// Decode of 8 whole rows o..o+8 against token t whose groups are one or more whole blocks
+    /// and possibly a last 1-7 (stories15M's 288 columns: 8 + 1): their blocks one row at a
+    /// time ([`Self::block_q4`] / [`Self::block_q8`]), then the tail groups for the 8 rows at
+    /// once ([`Self::tail8_q4_isum`] / [`Self::tail8_q8_isum`]) and the sums of all 8 in
+    /// [`rows8_end`]. Lane r of the result is row o + r. Q4 is a constant, so each dtype gets
+    /// its own straight code (a closure-driven version of this loop ran 4% slower).
     ///
     /// # Safety
-    /// Rows o..o+8 and token t must exist; AVX2.
+    /// Rows o..o+8 and token t must exist; q8 in groups of 32; AVX2.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows8_q4_decode(&self, wrows: *const u8, wsc: *const f32, o: usize, t: usize) -> __m256 {
-        let Self { cols, gpr, .. } = *self;
+    unsafe fn rows8_decode<const Q4: bool>(&self, wrows: *const u8, wsc: *const f32, o: usize, t: usize) -> __m256 {
+        let Self { cols, gpr, xs, .. } = *self;
+        let row_bytes = if Q4 { cols / 2 } else { cols };
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         let (mut lo, mut hi) = ([[_mm256_setzero_ps(); 1]; 8], [[_mm256_setzero_ps(); 1]; 8]);
         for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
             // SAFETY: the caller's contract (row o + r, the token t).
-            let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols / 2), wsc.add((o + r) * gpr)) };
+            let (wrow, wsc) = unsafe { (wrows.add((o + r) * row_bytes), wsc.add((o + r) * gpr)) };
             for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
                 // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                unsafe { self.block_q4::<1>(wrow, wsc, g0, t, 1, lo) };
-                if g0 + AVX2_BLOCK < full {
-                    // SAFETY: as above.
-                    unsafe { self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t, 1, hi) };
+                unsafe {
+                    if Q4 {
+                        self.block_q4::<1>(wrow, wsc, g0, t, 1, lo);
+                        if g0 + AVX2_BLOCK < full {
+                            self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t, 1, hi);
+                        }
+                    } else {
+                        self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t, 1, lo);
+                        if g0 + AVX2_BLOCK < full {
+                            self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t, 1, hi);
+                        }
+                    }
                 }
             }
         }
         let hi = (full > AVX2_BLOCK).then(|| hi.map(|[v]| v));
-        // SAFETY: rows o..o+8 and groups full..gpr exist (the caller's contract).
-        rows8_end(lo.map(|[v]| v), hi, (full..gpr).map(|g| (g, unsafe { self.tail8_q4_terms(wrows, wsc, o, g, t) })))
+        // the float terms of tail group g, lane r = row o + r
+        let tail = |g: usize| {
+            // SAFETY: rows o..o+8 and group g < gpr of them and of token t exist (the caller's
+            // contract).
+            unsafe {
+                let isum = if Q4 { self.tail8_q4_isum(wrows, o, 8, g, t) } else { self.tail8_q8_isum(wrows, o, 8, g, t) };
+                (g, tail8_terms(isum, wsc, core::array::from_fn(|r| o + r), gpr, g, *xs.add(t * gpr + g)))
+            }
+        };
+        rows8_end(lo.map(|[v]| v), hi, (full..gpr).map(tail))
     }
 
     /// Group g's int8 activations of token t for the q4 kernels: its 16 even-position values,
