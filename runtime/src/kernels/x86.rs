@@ -705,9 +705,6 @@ fn reduce8_avx2(v: &[__m256; 8]) -> [f32; 8] {
     [lanes[0], lanes[4], lanes[1], lanes[5], lanes[2], lanes[6], lanes[3], lanes[7]]
 }
 
-/// 8 decoded rows' accumulators: `[row][even block, odd block][token]`.
-type Acc8 = [[[__m256; 1]; 2]; 8];
-
 /// All ones in lane `lane` (< 8), zeros elsewhere: a term broadcast and masked with it is the
 /// term there and +0.0 in the other lanes (built in registers: a vector stored lane by lane and
 /// loaded whole stalls on store forwarding).
@@ -717,37 +714,13 @@ fn lane_mask(lane: usize) -> __m256 {
     _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32(lane as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))
 }
 
-/// The float step of group g for 8 rows (`tail8_q8` / `tail8_q4`): `isum` holds rows 0, 2, 4,
-/// 6 | 1, 3, 5, 7's exact integer group sums; each row's term `cvt(sum) · (scale · sx)` (its scale
-/// gathered from `wsc` at `rows[r] · gpr + g`) is added to lane g % 8 of its even- or odd-block
-/// accumulator, +0.0 to the other lanes (which changes none: an accumulator lane is never -0.0).
-/// The first n rows are kept.
-///
-/// # Safety
-/// `wsc` must hold the scales of `rows` (g < gpr); AVX2 (called from the AVX2 kernels, into
-/// which it is always inlined: no `#[target_feature]`, which would forbid that).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn add_tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usize, g: usize, sx: f32, n: usize, acc: &mut Acc8) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let term = tail8_terms(isum, wsc, rows, gpr, g, sx);
-        let lane = lane_mask(g % AVX2_BLOCK);
-        let odd = !(g / AVX2_BLOCK).is_multiple_of(2);
-        for (r, [even_acc, odd_acc]) in acc.iter_mut().enumerate().take(n) {
-            let [a] = if odd { odd_acc } else { even_acc };
-            let v = _mm256_permutevar8x32_ps(term, _mm256_set1_epi32(r as i32));
-            *a = _mm256_add_ps(*a, _mm256_and_ps(v, lane));
-        }
-    }
-}
-
 /// The float terms of group g for 8 rows, lane r = row r: from `isum` (rows 0, 2, 4, 6 | 1, 3,
 /// 5, 7's exact integer group sums), `cvt(sum) · (scale · sx)`, each row's scale gathered from
 /// `wsc` at `rows[r] · gpr + g`.
 ///
 /// # Safety
-/// As [`add_tail8_terms`].
+/// `wsc` must hold the scales of `rows` (g < gpr); AVX2 (called from the AVX2 kernels, into
+/// which it is always inlined: no `#[target_feature]`, which would forbid that).
 #[inline(always)]
 unsafe fn tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usize, g: usize, sx: f32) -> __m256 {
     // SAFETY: the caller's contract: AVX2, and every gathered index is a row's scale of group g.
@@ -764,11 +737,11 @@ unsafe fn tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usi
 /// Decode's end of 8 whole rows at once, with their tail groups added in the transposed
 /// accumulators: `lo[r]` / `hi[r]` are row r's block accumulators (lanes 0-7 / 8-15 of its
 /// 16-lane sums), `tails` the float terms of its groups `full..gpr` (lane r = row r, from
-/// [`tail8_terms`]). Lane r of the result is row r's sum: each lane does what
-/// [`add_tail8_terms`] then [`reduce8_avx2`] do to it, in the same order (a tail term added to
-/// lane g % 8 of the even or odd block's accumulator, then lanes i + i+8, i + i+4, i + i+2,
-/// i + i+1), so the same bits; the transposes move values without arithmetic. In place of 8
-/// broadcasts, masks and adds a tail group and row, one add per tail group for the 8 rows.
+/// [`tail8_terms`]). Lane r of the result is row r's sum: each lane does what the portable
+/// kernel does to that row, in the same order (a tail term added to lane g % 16 of its 16
+/// lanes, then [`reduce8_avx2`]'s lanes i + i+8, i + i+4, i + i+2, i + i+1), so the same bits;
+/// the transposes move values without arithmetic. In place of 8 broadcasts, masks and adds a
+/// tail group and row, one add per tail group for the 8 rows.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn rows8_end(lo: [__m256; 8], hi: Option<[__m256; 8]>, tails: impl Iterator<Item = (usize, __m256)>) -> __m256 {
@@ -1907,7 +1880,11 @@ mod tests {
         let takes = |q4: bool, cols: usize| if q4 { cols.is_multiple_of(32) } else { room(cols, 32) };
         // SAFETY: AVX2 and F16C are present (checked).
         let avx2 = |out: &mut [f32], x: &[f32], m: &Matrix<'_>, bias: &[f32], acc: bool, scratch: &mut [f32]| unsafe { linear_quant_avx2(out, x, m, bias, acc, scratch) };
-        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (3, 32), (2, 224), (20, 288), (7, 288), (5, 352), (4, 416), (3, 64), (9, 352), (16, 416), (17, 608), (8, 800), (9, 256), (16, 512)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        quant_linear_matches_portable(11, &[(3, 256), (5, 768), (2, 3072), (4, 128), (3, 512), (1, 640), (2, 96), (2, 224), (20, 288), (7, 288), (5, 352), (4, 416), (3, 64), (9, 352), (16, 416), (17, 608), (8, 800), (9, 256), (16, 512)], &[1, 2, 3, 4, 5, 8, 9, 17], takes, avx2);
+        // rows of one group: q8 decode reads int8 activations in natural order and takes them,
+        // where 2 or more tokens (padded int16 activations) do not fit the session's scratch
+        quant_linear_matches_portable(14, &[(3, 32), (9, 32), (17, 64)], &[1], |_, _| true, avx2);
+        quant_linear_matches_portable(14, &[(3, 32)], &[2, 3], takes, avx2);
         // q8 rows of 768 bytes: blocks of 341 rows (q4: 682)
         quant_linear_matches_portable(12, &[(700, 768)], &[1, 10], takes, avx2);
         // lane tiles (16 rows × 4 tokens, from 4 tokens on), the last rows' tile part empty (1,
@@ -2344,6 +2321,37 @@ fn fold64(a: __m256i, b: __m256i) -> __m256i {
     _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
 }
 
+/// The exact products of 32 q8 weights at `w` with 32 int8 activations at `x`, as 8 int32
+/// partial sums: `vpmaddubsw` of |w| (unsigned, 0..=128) and x with w's sign (`vpsignb`: x · sgn
+/// w, 0 where w is 0), then `vpmaddwd` by ones. 32 multiply-adds in `vpmaddubsw` where
+/// `vpmaddwd` on widened weights does 16 (Zen 3, 512 × 768 in L2: 24.0 -> 27 G MAC/s). Exact: a
+/// pair's sum is at most 2 · 128 · 127 = 32512 < 2¹⁵ because the activations are quantized to
+/// ±127 ([`super::quantize_group_q8`]); a weight of -128 is 128 · -x, also exact.
+///
+/// # Safety
+/// 32 bytes at `w` and at `x` must be readable; AVX2 (always inlined into the AVX2 kernels: no
+/// `#[target_feature]`, which would forbid that).
+#[inline(always)]
+unsafe fn dot32_q8(w: *const u8, x: *const i8) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let (w, x) = (_mm256_loadu_si256(w.cast()), _mm256_loadu_si256(x.cast()));
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1))
+    }
+}
+
+/// Lane j = the sum of `v[j]`'s 8 lanes (integer, exact): [`fold32`] and [`fold64`] leave
+/// `[v0..v3's lanes 0-3 | v0..v3's lanes 4-7]` and the same for v4..v7, and one add of their
+/// 128-bit halves finishes. (Blends in place of the unpacks, to spare the shuffle ports, were no
+/// faster on Zen 3.)
+#[inline]
+#[target_feature(enable = "avx2")]
+fn sum8(v: [__m256i; 8]) -> __m256i {
+    let [v0, v1, v2, v3, v4, v5, v6, v7] = v;
+    let (a, b) = (fold64(fold32(v0, v1), fold32(v2, v3)), fold64(fold32(v4, v5), fold32(v6, v7)));
+    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(a, b), _mm256_permute2x128_si256::<0x31>(a, b))
+}
+
 /// q8 / q4 `linear` (q8: groups of 4..=32; q4: groups of 32) with AVX2. Returns false, having
 /// written nothing, for other dtypes and shapes or a short scratch.
 #[target_feature(enable = "avx2,f16c")]
@@ -2357,9 +2365,13 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     // prefill of 4 tokens or more in groups of 32: the lane tiles (see the section after
     // `Avx2Quant`), which read q4 activations in their natural order
     let lanes = group == VNNI_GROUP && w.cols > 0 && w.rows > 0 && (x.len() / w.cols).min(out.len() / w.rows) >= LANE_TOKENS;
+    // decode of q8 in groups of 32 ([`Avx2Quant::rows_q8_decode`]) reads int8 activations in
+    // their natural order
+    let q8_decode = group == VNNI_GROUP && w.cols > 0 && w.rows > 0 && (x.len() / w.cols).min(out.len() / w.rows) == 1;
     let order = |q4| match (q4, lanes) {
         (true, true) => QuantOrder::Natural,
         (true, false) => QuantOrder::Q4Pairs,
+        (false, _) if q8_decode => QuantOrder::Natural,
         (false, _) => QuantOrder::Wide16,
     };
     let multiple = |_| group;
@@ -2385,6 +2397,12 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
                 _ => {}
             }
         }
+        return true;
+    }
+    if q8_decode && !q4 {
+        // SAFETY: quant_job checked the rows' data and scales and token 0's natural-order
+        // activations.
+        unsafe { a.rows_q8_decode(data.as_ptr(), scales.as_ptr(), 0..rows, 0, &mut outs) };
         return true;
     }
     let block_rows = (256 * 1024 / row_bytes).max(1);
@@ -2539,45 +2557,6 @@ impl Avx2Quant {
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         let (full_masks, last_masks) = (masks_for(AVX2_BLOCK), masks_for(gpr - full));
         let plain = FULL || group == VNNI_GROUP;
-        if NT == 1 && !FULL && group == VNNI_GROUP && full < gpr {
-            // decode, groups of 32 and a last 1-7 of them (stories15M's 288 columns: 8 + 1): 8
-            // rows at a time, their whole blocks row by row, then each last group for the 8 rows
-            // at once ([`Self::tail8_q8`]; alone, one group cost a row about half a block), then
-            // the 8 rows' sums reduced together: whole eights in [`Self::decode_eights`], the
-            // last 1-7 rows below. `rows_q4` has the same loop: through a shared driver taking
-            // closures, its kernel ran 4% slower (25.1 -> 24.0 G MAC/s on 32000 x 288), so each
-            // writes it out.
-            let mut pending = Pending8::new();
-            // SAFETY: the caller's contract (rows `rows`, the token t0).
-            let mut o = unsafe { self.decode_eights::<false>(wrows, wsc, rows.clone(), t0, outs) };
-            let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
-            while o < rows.end {
-                let n = (rows.end - o).min(8);
-                let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
-                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
-                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
-                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols), wsc.add((o + r) * gpr)) };
-                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                        unsafe { self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t0, 1, lo) };
-                        if g0 + AVX2_BLOCK < full {
-                            // SAFETY: as above.
-                            unsafe { self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t0, 1, hi) };
-                        }
-                    }
-                }
-                for g in full..gpr {
-                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
-                    unsafe { self.tail8_q8(wrows, wsc, o, n, g, t0, &mut acc) };
-                }
-                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
-                    pending.push(o + r, lo[0], hi[0], t0, store);
-                }
-                o += n;
-            }
-            pending.flush(t0, store);
-            return;
-        }
         // decode: the sums of 8 rows at a time reduced together ([`reduce8_avx2`])
         let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
         let mut pending = Pending8::new();
@@ -2616,56 +2595,6 @@ impl Avx2Quant {
             }
         }
         pending.flush(t0, store);
-    }
-
-    /// Group g (of 32) of `n ≤ 8` q8 rows from row o against token t, in one pass, as
-    /// [`Self::tail8_q4`]: two rows' 32 bytes widened to int16 (times 256) a pair of vectors, the
-    /// group's Wide16 runs of 8 in both halves (`vpmaddwd`), each row's exact sum (three
-    /// `vphaddd`, then the 256 shifted off), its float step with its gathered scale, and its
-    /// term added to lane g % 8 of `acc[r]`'s even- or odd-block vector. Rows past n read row o
-    /// again and are not kept.
-    ///
-    /// # Safety
-    /// Rows o..o+n (n ≥ 1) and group g of them (groups of 32) and of token t must exist; AVX2.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tail8_q8(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut Acc8) {
-        let Self { gpr, xs, .. } = *self;
-        let row = |r: usize| o + if r < n { r } else { 0 };
-        // SAFETY: the caller's contract.
-        unsafe { add_tail8_terms(self.tail8_q8_isum(wrows, o, n, g, t), wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc) };
-    }
-
-    /// Group g's exact integer sums of `n ≤ 8` q8 rows from row o against token t, rows 0, 2,
-    /// 4, 6 | 1, 3, 5, 7 (rows past n read row o again).
-    ///
-    /// # Safety
-    /// As [`Self::tail8_q8`].
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tail8_q8_isum(&self, wrows: *const u8, o: usize, n: usize, g: usize, t: usize) -> __m256i {
-        let Self { cols, x_stride, wide, .. } = *self;
-        let row = |r: usize| o + if r < n { r } else { 0 };
-        // SAFETY (every raw read): the caller's contract; rows past n read row o.
-        unsafe {
-            let zero = _mm256_setzero_si256();
-            // group g's four runs of 8 int16 sit in the first (g even) or second (g odd) half of
-            // its pair's four vectors
-            let base = wide.add(t * x_stride + 64 * (g / 2) + 8 * (g % 2));
-            let x: [__m256i; 4] = core::array::from_fn(|k| _mm256_broadcastsi128_si256(_mm_loadu_si128(base.add(16 * k).cast())));
-            // rows 2k and 2k+1: four int32 partial sums each (times 256)
-            let m: [__m256i; 4] = core::array::from_fn(|k| {
-                let (a, b) = (wrows.add(row(2 * k) * cols + 32 * g), wrows.add(row(2 * k + 1) * cols + 32 * g));
-                let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.cast())), _mm_loadu_si128(b.cast()));
-                let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(a.add(16).cast())), _mm_loadu_si128(b.add(16).cast()));
-                let w = [_mm256_unpacklo_epi8(zero, lo), _mm256_unpackhi_epi8(zero, lo), _mm256_unpacklo_epi8(zero, hi), _mm256_unpackhi_epi8(zero, hi)];
-                let [p0, p1, p2, p3] = [0, 1, 2, 3].map(|j| w.get(j).zip(x.get(j)).map_or(zero, |(&w, &x)| _mm256_madd_epi16(w, x)));
-                _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3))
-            });
-            // rows 0, 2, 4, 6 | 1, 3, 5, 7
-            _mm256_srai_epi32::<8>(_mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3])))
-        }
     }
 
     /// One block of `ng ≤ 8` groups from group g0 of a q8 row (`wrow`, scales `wsc`) against
@@ -2814,6 +2743,91 @@ impl Avx2Quant {
         }
     }
 
+    /// Decode of q8 rows `rows` (groups of 32) against token t, whose int8 activations are in
+    /// natural order in `q`. Rows of whole blocks (GPT-2's 768 and 3072 columns) one at a time,
+    /// two blocks' accumulators in registers, then [`Pending8`]; other rows 8 at a time
+    /// ([`Self::decode_eights`], whose tail groups take the 8 rows at once).
+    ///
+    /// # Safety
+    /// The rows (`cols` bytes, `gpr` scales each) and token t (in `q`, `xs`) must exist; groups
+    /// of 32; AVX2.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_q8_decode(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t: usize, outs: &mut Outputs<'_>) {
+        let Self { cols, gpr, .. } = *self;
+        if !gpr.is_multiple_of(AVX2_BLOCK) {
+            // SAFETY: the caller's contract.
+            unsafe { self.decode_eights::<false>(wrows, wsc, rows, t, outs) };
+            return;
+        }
+        let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
+        let mut pending = Pending8::new();
+        for o in rows {
+            // SAFETY: the caller's contract (row o).
+            let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
+            let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            // blocks in pairs: group g goes to lane g % 16
+            for g0 in (0..gpr).step_by(2 * AVX2_BLOCK) {
+                // SAFETY: groups g0..g0+8 of the row and the token exist (gpr is a multiple of 8).
+                unsafe { self.block_q8s(wrow, wsc, g0, t, &mut lo) };
+                if g0 + AVX2_BLOCK < gpr {
+                    // SAFETY: as above, the next 8 groups.
+                    unsafe { self.block_q8s(wrow, wsc, g0 + AVX2_BLOCK, t, &mut hi) };
+                }
+            }
+            pending.push(o, lo, hi, t, store);
+        }
+        pending.flush(t, store);
+    }
+
+    /// Groups g0..g0+8 (of 32) of a q8 row against token t's natural-order int8 activations,
+    /// their terms added to `acc`: each group's exact sum ([`dot32_q8`]), the 8 folded into one
+    /// vector in group order ([`sum8`]), then the float step lane for lane.
+    ///
+    /// # Safety
+    /// Groups g0..g0+8 of the row and of token t must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn block_q8s(&self, wrow: *const u8, wsc: *const f32, g0: usize, t: usize, acc: &mut __m256) {
+        let Self { cols, gpr, q, xs, ahead, .. } = *self;
+        // SAFETY (every raw read): the caller's contract.
+        unsafe {
+            let wblk = wrow.add(32 * g0);
+            // where decode_prefetch says, DECODE_AHEAD ahead: on Zen 3 one 8 KiB ahead lost to
+            // the hardware prefetcher alone (GPT-2 124M q8: 84-90 vs 91-96 tok/s without), one
+            // 2 KiB ahead won (72-83 -> 93-100)
+            if ahead {
+                for line in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(DECODE_AHEAD + 64 * line).cast());
+                }
+            }
+            let xblk = q.add(t * cols + 32 * g0);
+            let v: [__m256i; 8] = core::array::from_fn(|g| dot32_q8(wblk.add(32 * g), xblk.add(32 * g)));
+            let isum = sum8(v);
+            let (sw, sx) = (_mm256_loadu_ps(wsc.add(g0)), _mm256_loadu_ps(xs.add(t * gpr + g0)));
+            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+        }
+    }
+
+    /// Group g's exact integer sums of `n ≤ 8` q8 rows from row o against token t's
+    /// natural-order activations, rows 0, 2, 4, 6 | 1, 3, 5, 7 (as [`tail8_terms`] takes them;
+    /// rows past n read row o again): each row's [`dot32_q8`], the 8 folded by [`sum8`].
+    ///
+    /// # Safety
+    /// Rows o..o+n (n ≥ 1) and group g of them and of token t must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn tail8_q8s_isum(&self, wrows: *const u8, o: usize, n: usize, g: usize, t: usize) -> __m256i {
+        let Self { cols, q, .. } = *self;
+        let row = |r: usize| o + if r < n { r } else { 0 };
+        // SAFETY (every raw read): the caller's contract; rows past n read row o.
+        unsafe {
+            let x = q.add(t * cols + 32 * g);
+            let v: [__m256i; 8] = core::array::from_fn(|r| dot32_q8(wrows.add(row(r) * cols + 32 * g), x));
+            _mm256_permutevar8x32_epi32(sum8(v), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7))
+        }
+    }
+
     /// q4 rows against tokens t0..t0+nt, as [`Self::rows_q8`].
     ///
     /// # Safety
@@ -2825,40 +2839,11 @@ impl Avx2Quant {
         let nt = nt.min(NT);
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         if NT == 1 && full >= AVX2_BLOCK {
-            // decode with a last 1-7 groups (stories15M's 288 columns: 8 + 1): the loop of
-            // `rows_q8`'s decode branch, with the q4 block and tail ([`Self::tail8_q4`]). Rows of
-            // whole blocks take it too (GPT-2's 768 and 3072 columns: 1-4% faster in
-            // `linear-ab`, one token; q8's whole-block rows were 2-6% slower this way, their
-            // named register accumulators below beat the eights' stack arrays)
-            let mut pending = Pending8::new();
+            // decode with whole blocks and possibly a last 1-7 groups (stories15M's 288 columns:
+            // 8 + 1), 8 rows at a time ([`Self::decode_eights`]; GPT-2's 768 and 3072 columns
+            // also gain, 1-4% in `linear-ab`, one token)
             // SAFETY: the caller's contract (rows `rows`, the token t0).
-            let mut o = unsafe { self.decode_eights::<true>(wrows, wsc, rows.clone(), t0, outs) };
-            let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
-            while o < rows.end {
-                let n = (rows.end - o).min(8);
-                let mut acc: Acc8 = [[[_mm256_setzero_ps(); 1]; 2]; 8];
-                for (r, [lo, hi]) in acc.iter_mut().enumerate().take(n) {
-                    // SAFETY: the caller's contract (row o + r < rows.end, the token t0).
-                    let (wrow, wsc) = unsafe { (wrows.add((o + r) * cols / 2), wsc.add((o + r) * gpr)) };
-                    for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                        // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                        unsafe { self.block_q4::<1>(wrow, wsc, g0, t0, 1, lo) };
-                        if g0 + AVX2_BLOCK < full {
-                            // SAFETY: as above.
-                            unsafe { self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t0, 1, hi) };
-                        }
-                    }
-                }
-                for g in full..gpr {
-                    // SAFETY: rows o..o+n and group g < gpr exist; the token t0.
-                    unsafe { self.tail8_q4(wrows, wsc, o, n, g, t0, &mut acc) };
-                }
-                for (r, [lo, hi]) in acc.iter().enumerate().take(n) {
-                    pending.push(o + r, lo[0], hi[0], t0, store);
-                }
-                o += n;
-            }
-            pending.flush(t0, store);
+            unsafe { self.decode_eights::<true>(wrows, wsc, rows, t0, outs) };
             return;
         }
         let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
@@ -2898,31 +2883,13 @@ impl Avx2Quant {
         pending.flush(t0, store);
     }
 
-    /// Group g of `n ≤ 8` q4 rows from row o against token t, in one pass: two rows' 16 bytes a
-    /// vector, their nibbles against the group's activations in both halves (`vpmaddubsw`),
-    /// widened and summed to each row's exact integer group sum (three `vphaddd` for the 8
-    /// rows), less 8 · Σx; then each row's float step (`cvt(sum) · (scale · x scale)`, the
-    /// row's scales gathered) and its term added to lane g % 8 of its accumulator (`acc[r][0]`
-    /// for an even block, `acc[r][1]` for an odd one; +0.0 to the other lanes), each lane what
-    /// [`Self::group_q4`] computes. Rows past n read row o again and are not kept.
+    /// Group g's exact integer sums of `n ≤ 8` q4 rows from row o against token t (less 8 · Σx),
+    /// rows 0, 2, 4, 6 | 1, 3, 5, 7 (rows past n read row o again): two rows' 16 bytes a vector,
+    /// their nibbles against the group's activations in both halves (`vpmaddubsw`), widened
+    /// and summed (three `vphaddd` for the 8 rows), each lane what [`Self::group_q4`] computes.
     ///
     /// # Safety
     /// Rows o..o+n (n ≥ 1) and group g of them and of token t must exist; AVX2.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn tail8_q4(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, g: usize, t: usize, acc: &mut Acc8) {
-        let Self { gpr, xs, .. } = *self;
-        let row = |r: usize| o + if r < n { r } else { 0 };
-        // SAFETY: the caller's contract.
-        unsafe { add_tail8_terms(self.tail8_q4_isum(wrows, o, n, g, t), wsc, core::array::from_fn(row), gpr, g, *xs.add(t * gpr + g), n, acc) };
-    }
-
-    /// Group g's exact integer sums of `n ≤ 8` q4 rows from row o against token t (less 8 · Σx),
-    /// rows 0, 2, 4, 6 | 1, 3, 5, 7 (rows past n read row o again).
-    ///
-    /// # Safety
-    /// As [`Self::tail8_q4`].
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn tail8_q4_isum(&self, wrows: *const u8, o: usize, n: usize, g: usize, t: usize) -> __m256i {
@@ -2946,45 +2913,47 @@ impl Avx2Quant {
         }
     }
 
-    /// The first rows of `rows` in whole eights, decoded against token t by
-    /// [`Self::rows8_decode`] and stored 8 at a time; returns the first row not done (the last
-    /// 1-7 rows are the caller's). Q4: q4 rows, else q8 in groups of 32.
+    /// Decode of rows `rows` against token t, 8 at a time ([`Self::rows8_decode`]), each eight's
+    /// sums stored together. Q4: q4 rows, else q8 in groups of 32.
     ///
     /// # Safety
     /// Rows `rows` and token t must exist; AVX2.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn decode_eights<const Q4: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t: usize, outs: &mut Outputs<'_>) -> usize {
+    unsafe fn decode_eights<const Q4: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t: usize, outs: &mut Outputs<'_>) {
         let mut o = rows.start;
-        while o + 8 <= rows.end {
-            // SAFETY: rows o..o+8 < rows.end and the token t exist (the caller's contract).
-            let z = unsafe { self.rows8_decode::<Q4>(wrows, wsc, o, t) };
+        while o < rows.end {
+            let n = (rows.end - o).min(8);
+            // SAFETY: rows o..o+n ≤ rows.end and the token t exist (the caller's contract).
+            let z = unsafe { self.rows8_decode::<Q4>(wrows, wsc, o, n, t) };
             // SAFETY: AVX2 (this function's).
-            unsafe { outs.lanes(t, o, 8, z) };
-            o += 8;
+            unsafe { outs.lanes(t, o, n, z) };
+            o += n;
         }
-        o
     }
 
-    /// Decode of 8 whole rows o..o+8 against token t whose groups are one or more whole blocks
-    /// and possibly a last 1-7 (stories15M's 288 columns: 8 + 1): their blocks one row at a
-    /// time ([`Self::block_q4`] / [`Self::block_q8`]), then the tail groups for the 8 rows at
-    /// once ([`Self::tail8_q4_isum`] / [`Self::tail8_q8_isum`]) and the sums of all 8 in
-    /// [`rows8_end`]. Lane r of the result is row o + r. Q4 is a constant, so each dtype gets
-    /// its own straight code (a closure-driven version of this loop ran 4% slower).
+    /// Decode of the `n ≤ 8` rows o..o+n against token t (lanes past n compute row o again and
+    /// are not the caller's): their whole blocks one row at a time ([`Self::block_q4`] /
+    /// [`Self::block_q8s`]), then each last group (stories15M's 288 columns: 8 + 1; all groups
+    /// of rows shorter than a block) for the 8 rows at once ([`Self::tail8_q4_isum`] /
+    /// [`Self::tail8_q8s_isum`]; alone, one group cost a row about half a block), and the sums
+    /// of all 8 in [`rows8_end`]. Lane r of the result is row o + r. Q4 is a constant, so each
+    /// dtype gets its own straight code (a closure-driven version of this loop ran 4% slower).
     ///
     /// # Safety
-    /// Rows o..o+8 and token t must exist; q8 in groups of 32; AVX2.
+    /// Rows o..o+n (n ≥ 1) and token t must exist; q8 in groups of 32 with natural-order
+    /// activations; AVX2.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows8_decode<const Q4: bool>(&self, wrows: *const u8, wsc: *const f32, o: usize, t: usize) -> __m256 {
+    unsafe fn rows8_decode<const Q4: bool>(&self, wrows: *const u8, wsc: *const f32, o: usize, n: usize, t: usize) -> __m256 {
         let Self { cols, gpr, xs, .. } = *self;
         let row_bytes = if Q4 { cols / 2 } else { cols };
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
+        let rows: [usize; 8] = core::array::from_fn(|r| o + if r < n { r } else { 0 });
         let (mut lo, mut hi) = ([[_mm256_setzero_ps(); 1]; 8], [[_mm256_setzero_ps(); 1]; 8]);
-        for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
-            // SAFETY: the caller's contract (row o + r, the token t).
-            let (wrow, wsc) = unsafe { (wrows.add((o + r) * row_bytes), wsc.add((o + r) * gpr)) };
+        for ((lo, hi), &row) in lo.iter_mut().zip(hi.iter_mut()).zip(&rows) {
+            // SAFETY: the caller's contract (row `row`, the token t).
+            let (wrow, wsc) = unsafe { (wrows.add(row * row_bytes), wsc.add(row * gpr)) };
             for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
                 // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
                 unsafe {
@@ -2994,9 +2963,11 @@ impl Avx2Quant {
                             self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t, 1, hi);
                         }
                     } else {
-                        self.block_q8::<1>(wrow, wsc, g0, AVX2_BLOCK, None, t, 1, lo);
+                        let [lo] = lo;
+                        self.block_q8s(wrow, wsc, g0, t, lo);
                         if g0 + AVX2_BLOCK < full {
-                            self.block_q8::<1>(wrow, wsc, g0 + AVX2_BLOCK, AVX2_BLOCK, None, t, 1, hi);
+                            let [hi] = hi;
+                            self.block_q8s(wrow, wsc, g0 + AVX2_BLOCK, t, hi);
                         }
                     }
                 }
@@ -3005,11 +2976,11 @@ impl Avx2Quant {
         let hi = (full > AVX2_BLOCK).then(|| hi.map(|[v]| v));
         // the float terms of tail group g, lane r = row o + r
         let tail = |g: usize| {
-            // SAFETY: rows o..o+8 and group g < gpr of them and of token t exist (the caller's
+            // SAFETY: rows o..o+n and group g < gpr of them and of token t exist (the caller's
             // contract).
             unsafe {
-                let isum = if Q4 { self.tail8_q4_isum(wrows, o, 8, g, t) } else { self.tail8_q8_isum(wrows, o, 8, g, t) };
-                (g, tail8_terms(isum, wsc, core::array::from_fn(|r| o + r), gpr, g, *xs.add(t * gpr + g)))
+                let isum = if Q4 { self.tail8_q4_isum(wrows, o, n, g, t) } else { self.tail8_q8s_isum(wrows, o, n, g, t) };
+                (g, tail8_terms(isum, wsc, rows, gpr, g, *xs.add(t * gpr + g)))
             }
         };
         rows8_end(lo.map(|[v]| v), hi, (full..gpr).map(tail))
