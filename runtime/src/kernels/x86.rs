@@ -2281,19 +2281,21 @@ fn reduce512(v: __m512) -> f32 {
 // ---- q8 / q4 with AVX2 ------------------------------------------------------------------------
 //
 // For CPUs with AVX2 and no AVX-512 VNNI. The group sums are exact i32, as everywhere:
-// - q8: two groups' weights at a time are widened to int16 times 256 by `vpunpcklbw`/
-//   `vpunpckhbw` with zero (each 128-bit half from one group), the activations were widened to
-//   int16 in the same order once per call ([`QuantOrder::Wide16`]), and `vpmaddwd` multiplies
-//   them in pairs: every sum is exact (|256 · w · x| · 32 < 2³¹) and a multiple of 256, and one
-//   arithmetic shift takes the 256 off.
+// - q8 decode in groups of 32 ([`Avx2Quant::rows_q8_decode`]): `vpmaddubsw` of |w| and x with
+//   w's sign ([`dot32_q8`]), one vector per group, 8 groups folded by [`sum8`].
+// - q8 otherwise (2-3 tokens, or other groups): two groups' weights at a time are widened to
+//   int16 times 256 by `vpunpcklbw`/`vpunpckhbw` with zero (each 128-bit half from one group),
+//   the activations were widened to int16 in the same order once per call
+//   ([`QuantOrder::Wide16`]), and `vpmaddwd` multiplies them in pairs: every sum is exact
+//   (|256 · w · x| · 32 < 2³¹) and a multiple of 256, and one arithmetic shift takes the 256 off.
 // - q4: the nibbles (stored q + 8, 0..15) meet the activations in `vpmaddubsw`, whose i16 pair
 //   sums stay below 2 · 15 · 127 (no saturation; two of them added, below 2¹⁵), then `vpmaddwd`
 //   by ones, and the + 8 is taken off with the activation sums.
-// Either way one vector holds the partial sums of two groups (lanes 0–3 and 4–7); four of them
-// fold with unpacks and adds (`vphaddd` is three micro-ops on one port) and a permute into one
-// vector of eight group sums per block of 8 groups, which then take `combine_groups`' float
-// steps lane for lane (group g into lane g mod 16: lanes 0–7 and 8–15 in two registers), then
-// the same tree.
+// In the last two, one vector holds the partial sums of two groups (lanes 0–3 and 4–7); four
+// of them fold with unpacks and adds (`vphaddd` is three micro-ops on one port) and a permute
+// into one vector of eight group sums per block of 8 groups. Every block's sums then take
+// `combine_groups`' float steps lane for lane (group g into lane g mod 16: lanes 0–7 and 8–15
+// in two registers), then the same tree.
 //
 // This is decode's kernel, and prefill's for fewer than 4 tokens or groups other than 32 (the
 // rest goes to the lane tiles below). Prefill keeps a block of rows (≤ 256 KiB of weights) in
