@@ -714,9 +714,9 @@ fn lane_mask(lane: usize) -> __m256 {
     _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_set1_epi32(lane as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))
 }
 
-/// The float terms of group g for 8 rows, lane r = row r: from `isum` (rows 0, 2, 4, 6 | 1, 3,
-/// 5, 7's exact integer group sums), `cvt(sum) · (scale · sx)`, each row's scale gathered from
-/// `wsc` at `rows[r] · gpr + g`.
+/// The float terms of group g for 8 rows, lane r = row r: from `isum` (lane r: row r's exact
+/// integer group sum), `cvt(sum) · (scale · sx)`, each row's scale gathered from `wsc` at
+/// `rows[r] · gpr + g`.
 ///
 /// # Safety
 /// `wsc` must hold the scales of `rows` (g < gpr); AVX2 (called from the AVX2 kernels, into
@@ -725,12 +725,9 @@ fn lane_mask(lane: usize) -> __m256 {
 unsafe fn tail8_terms(isum: __m256i, wsc: *const f32, rows: [usize; 8], gpr: usize, g: usize, sx: f32) -> __m256 {
     // SAFETY: the caller's contract: AVX2, and every gathered index is a row's scale of group g.
     unsafe {
-        let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
-        let lanes_rows = [r0, r2, r4, r6, r1, r3, r5, r7].map(|r| (r * gpr + g) as i32);
-        let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(lanes_rows.as_ptr().cast()));
-        let term = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(sx)));
-        // back to rows 0..8
-        _mm256_permutevar8x32_ps(term, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+        let at = rows.map(|r| (r * gpr + g) as i32);
+        let sw = _mm256_i32gather_ps::<4>(wsc, _mm256_loadu_si256(at.as_ptr().cast()));
+        _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_set1_ps(sx)))
     }
 }
 
@@ -2366,10 +2363,12 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     };
     // prefill of 4 tokens or more in groups of 32: the lane tiles (see the section after
     // `Avx2Quant`), which read q4 activations in their natural order
-    let lanes = group == VNNI_GROUP && w.cols > 0 && w.rows > 0 && (x.len() / w.cols).min(out.len() / w.rows) >= LANE_TOKENS;
+    // tokens in this call (quant_job computes the same, after the activations' order is chosen)
+    let batch = if w.cols > 0 && w.rows > 0 { (x.len() / w.cols).min(out.len() / w.rows) } else { 0 };
+    let lanes = group == VNNI_GROUP && batch >= LANE_TOKENS;
     // decode of q8 in groups of 32 ([`Avx2Quant::rows_q8_decode`]) reads int8 activations in
     // their natural order
-    let q8_decode = group == VNNI_GROUP && w.cols > 0 && w.rows > 0 && (x.len() / w.cols).min(out.len() / w.rows) == 1;
+    let q8_decode = group == VNNI_GROUP && batch == 1;
     let order = |q4| match (q4, lanes) {
         (true, true) => QuantOrder::Natural,
         (true, false) => QuantOrder::Q4Pairs,
@@ -2429,12 +2428,12 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
                     let (wp, sp) = (data.as_ptr(), scales.as_ptr());
                     match nt {
                         1 => {
-                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
-                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
+                            a.rows2_q8::<1, true>(wp, sp, r0..plain_end, t0, nt, &mut outs);
+                            a.rows2_q8::<1, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut outs);
                         }
                         _ => {
-                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
-                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut |t, o, y| outs.one(t, o, y));
+                            a.rows2_q8::<QUANT_TOKENS, true>(wp, sp, r0..plain_end, t0, nt, &mut outs);
+                            a.rows2_q8::<QUANT_TOKENS, false>(wp, sp, plain_end..pairs_end, t0, nt, &mut outs);
                         }
                     }
                     if pairs_end < r1 {
@@ -2700,7 +2699,7 @@ impl Avx2Quant {
     /// 4`, a group of at least 16 and a row after each pair's second.
     #[inline(never)]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows2_q8<const NT: usize, const PLAIN: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, store: &mut impl FnMut(usize, usize, f32)) {
+    unsafe fn rows2_q8<const NT: usize, const PLAIN: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t0: usize, nt: usize, outs: &mut Outputs<'_>) {
         let Self { cols, gpr, group, x_stride, wide, xs, .. } = *self;
         let nt = nt.min(NT);
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -2739,8 +2738,8 @@ impl Avx2Quant {
                 // per 128-bit half: (l0 + l2) + (l1 + l3)
                 let r2 = _mm256_add_ps(r, _mm256_shuffle_ps::<0x4E>(r, r));
                 let r1 = _mm256_add_ps(r2, _mm256_shuffle_ps::<0xB1>(r2, r2));
-                store(t0 + t, o, _mm256_cvtss_f32(r1));
-                store(t0 + t, o + 1, _mm_cvtss_f32(_mm256_extractf128_ps::<1>(r1)));
+                outs.one(t0 + t, o, _mm256_cvtss_f32(r1));
+                outs.one(t0 + t, o + 1, _mm_cvtss_f32(_mm256_extractf128_ps::<1>(r1)));
             }
         }
     }
@@ -2812,8 +2811,8 @@ impl Avx2Quant {
     }
 
     /// Group g's exact integer sums of `n ≤ 8` q8 rows from row o against token t's
-    /// natural-order activations, rows 0, 2, 4, 6 | 1, 3, 5, 7 (as [`tail8_terms`] takes them;
-    /// rows past n read row o again): each row's [`dot32_q8`], the 8 folded by [`sum8`].
+    /// natural-order activations, lane r = row o + r (rows past n read row o again): each row's
+    /// [`dot32_q8`], the 8 folded by [`sum8`].
     ///
     /// # Safety
     /// Rows o..o+n (n ≥ 1) and group g of them and of token t must exist; AVX2.
@@ -2826,7 +2825,7 @@ impl Avx2Quant {
         unsafe {
             let x = q.add(t * cols + 32 * g);
             let v: [__m256i; 8] = core::array::from_fn(|r| dot32_q8(wrows.add(row(r) * cols + 32 * g), x));
-            _mm256_permutevar8x32_epi32(sum8(v), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7))
+            sum8(v)
         }
     }
 
@@ -2886,9 +2885,10 @@ impl Avx2Quant {
     }
 
     /// Group g's exact integer sums of `n ≤ 8` q4 rows from row o against token t (less 8 · Σx),
-    /// rows 0, 2, 4, 6 | 1, 3, 5, 7 (rows past n read row o again): two rows' 16 bytes a vector,
-    /// their nibbles against the group's activations in both halves (`vpmaddubsw`), widened
-    /// and summed (three `vphaddd` for the 8 rows), each lane what [`Self::group_q4`] computes.
+    /// lane r = row o + r (rows past n read row o again): two rows' 16 bytes a vector, their
+    /// nibbles against the group's activations in both halves (`vpmaddubsw`), widened and summed
+    /// (three `vphaddd` for the 8 rows, which leave rows 0, 2, 4, 6 | 1, 3, 5, 7, then one
+    /// permute), each lane what [`Self::group_q4`] computes.
     ///
     /// # Safety
     /// Rows o..o+n (n ≥ 1) and group g of them and of token t must exist; AVX2.
@@ -2911,6 +2911,7 @@ impl Avx2Quant {
             });
             // rows 0, 2, 4, 6 | 1, 3, 5, 7
             let isum = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+            let isum = _mm256_permutevar8x32_epi32(isum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             _mm256_sub_epi32(isum, _mm256_set1_epi32(8i32.wrapping_mul(*sums.add(t * gpr + g))))
         }
     }
