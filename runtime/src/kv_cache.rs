@@ -21,6 +21,7 @@
 //! written (the positions, and so `wpe`'s rows, run out at the capacity whatever the rings hold).
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use crate::config::{Config, LayerMask};
 use crate::error::Error;
@@ -429,7 +430,11 @@ impl<'m> KvCache<'m> {
                     KvDType::F16 => {
                         let all: &mut [f16] = bytemuck::cast_slice_mut(self.data);
                         if let Some(dst) = all.get_mut(r) {
-                            dst.iter_mut().zip(x).for_each(|(d, s)| *d = f16::from_f32(*s));
+                            // the slice form converts 8 at a time where the CPU can (F16C), with
+                            // the same rounding as f16::from_f32 one by one
+                            if let Some(x) = x.get(..dst.len()) {
+                                dst.convert_from_f32_slice(x);
+                            }
                         }
                     }
                     KvDType::I8 => {

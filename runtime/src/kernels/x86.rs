@@ -2278,7 +2278,7 @@ fn reduce512(v: __m512) -> f32 {
 // ---- q8 / q4 with AVX2 ------------------------------------------------------------------------
 //
 // For CPUs with AVX2 and no AVX-512 VNNI. The group sums are exact i32, as everywhere:
-// - q8 decode in groups of 32 ([`Avx2Quant::rows_q8_decode`]): `vpmaddubsw` of |w| and x with
+// - q8 decode in groups of 32 ([`Avx2Quant::decode_eights`]): `vpmaddubsw` of |w| and x with
 //   w's sign ([`dot32_q8`]), one vector per group, 8 groups folded by [`sum8`].
 // - q8 otherwise (2-3 tokens, or other groups): two groups' weights at a time are widened to
 //   int16 times 256 by `vpunpcklbw`/`vpunpckhbw` with zero (each 128-bit half from one group),
@@ -2299,6 +2299,10 @@ fn reduce512(v: __m512) -> f32 {
 // L2 and the activations of a block of 8 tokens in L1; each row's weights are loaded and widened
 // once per block of tokens. q4: rows of groups of 32, whole blocks of 8 in `block_q4` and a
 // last 1-7 groups one by one (`group_q4`: stories15M's 288 columns are 8 + 1 groups).
+//
+// Decode (one token, q4 and q8 in groups of 32) goes 8 rows at a time (`decode_eights`): the
+// whole blocks of two rows at a time, two blocks side by side (`row_pair_blocks`), the last
+// 1-7 groups of the 8 rows at once, and the 8 sums reduced together (`rows8_end`).
 
 /// Groups per AVX2 block.
 const AVX2_BLOCK: usize = 8;
@@ -2318,6 +2322,19 @@ fn fold32(a: __m256i, b: __m256i) -> __m256i {
 #[target_feature(enable = "avx2")]
 fn fold64(a: __m256i, b: __m256i) -> __m256i {
     _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
+}
+
+/// q4's int16 partial sums of a block (`s[c]`: lanes 0–7 group 2c, 8–15 group 2c + 1, each
+/// |·| ≤ 7680) folded twice in int16 (|·| ≤ 30720, exact), pairs of lanes kept together, so that
+/// one `vpmaddwd` by ones then widens each group's last two lanes into its dword: the integer
+/// sums [`fold32`]/[`fold64`] give after a madd per vector, with one madd instead of four. The
+/// dwords come out as groups 0, 2, 4, 6 | 1, 3, 5, 7.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fold16(s0: __m256i, s1: __m256i, s2: __m256i, s3: __m256i) -> __m256i {
+    let f01 = _mm256_add_epi16(_mm256_unpacklo_epi32(s0, s1), _mm256_unpackhi_epi32(s0, s1));
+    let f23 = _mm256_add_epi16(_mm256_unpacklo_epi32(s2, s3), _mm256_unpackhi_epi32(s2, s3));
+    _mm256_add_epi16(_mm256_unpacklo_epi64(f01, f23), _mm256_unpackhi_epi64(f01, f23))
 }
 
 /// The exact products of 32 q8 weights at `w` with 32 int8 activations at `x`, as 8 int32
@@ -2366,7 +2383,7 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     // tokens in this call (quant_job computes the same, after the activations' order is chosen)
     let batch = if w.cols > 0 && w.rows > 0 { (x.len() / w.cols).min(out.len() / w.rows) } else { 0 };
     let lanes = group == VNNI_GROUP && batch >= LANE_TOKENS;
-    // decode of q8 in groups of 32 ([`Avx2Quant::rows_q8_decode`]) reads int8 activations in
+    // decode of q8 in groups of 32 ([`Avx2Quant::decode_eights`]) reads int8 activations in
     // their natural order
     let q8_decode = group == VNNI_GROUP && batch == 1;
     let order = |q4| match (q4, lanes) {
@@ -2403,7 +2420,7 @@ fn linear_quant_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     if q8_decode && !q4 {
         // SAFETY: quant_job checked the rows' data and scales and token 0's natural-order
         // activations.
-        unsafe { a.rows_q8_decode(data.as_ptr(), scales.as_ptr(), 0..rows, 0, &mut outs) };
+        unsafe { a.decode_eights::<false>(data.as_ptr(), scales.as_ptr(), 0..rows, 0, &mut outs) };
         return true;
     }
     let block_rows = (256 * 1024 / row_bytes).max(1);
@@ -2744,69 +2761,123 @@ impl Avx2Quant {
         }
     }
 
-    /// Decode of q8 rows `rows` (groups of 32) against token t, whose int8 activations are in
-    /// natural order in `q`. Rows of whole blocks (GPT-2's 768 and 3072 columns) one at a time,
-    /// two blocks' accumulators in registers, then [`Pending8`]; other rows 8 at a time
-    /// ([`Self::decode_eights`], whose tail groups take the 8 rows at once).
+    /// The whole blocks (`nb` of 8 groups) of two rows a and b (rows at `w`, scales at `sc`)
+    /// against token t, as `[[lo, hi] of a, [lo, hi] of b]`: block k of a row added to lo for
+    /// even k and hi for odd, in order, from +0.0 (as one block after the other would). The blocks go two at a time through [`Self::block_pair_terms`],
+    /// in memory order: a's in pairs, then, when nb is odd, a's last with b's first, then b's
+    /// in pairs. On Zen 3 two blocks side by side in the program run faster than one after the
+    /// other (`linear-ab … 1 … q4 q4`, in L2/L3: 768 × 3072 39.5-40 -> 45.7-46, 1024 × 768
+    /// 35.2-36.6 -> 40.3-40.6 G MAC/s; pairing only within rows, which leaves a 3-block row one
+    /// block alone, gained nothing at 768 columns).
     ///
     /// # Safety
-    /// The rows (`cols` bytes, `gpr` scales each) and token t (in `q`, `xs`) must exist; groups
-    /// of 32; AVX2.
-    #[inline(never)]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_q8_decode(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t: usize, outs: &mut Outputs<'_>) {
-        let Self { cols, gpr, .. } = *self;
-        if !gpr.is_multiple_of(AVX2_BLOCK) {
-            // SAFETY: the caller's contract.
-            unsafe { self.decode_eights::<false>(wrows, wsc, rows, t, outs) };
-            return;
-        }
-        let store = &mut |t: usize, o: usize, y: f32| outs.one(t, o, y);
-        let mut pending = Pending8::new();
-        for o in rows {
-            // SAFETY: the caller's contract (row o).
-            let (wrow, wsc) = unsafe { (wrows.add(o * cols), wsc.add(o * gpr)) };
-            let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            // blocks in pairs: group g goes to lane g % 16
-            for g0 in (0..gpr).step_by(2 * AVX2_BLOCK) {
-                // SAFETY: groups g0..g0+8 of the row and the token exist (gpr is a multiple of 8).
-                unsafe { self.block_q8s(wrow, wsc, g0, t, &mut lo) };
-                if g0 + AVX2_BLOCK < gpr {
-                    // SAFETY: as above, the next 8 groups.
-                    unsafe { self.block_q8s(wrow, wsc, g0 + AVX2_BLOCK, t, &mut hi) };
-                }
-            }
-            pending.push(o, lo, hi, t, store);
-        }
-        pending.flush(t, store);
-    }
-
-    /// Groups g0..g0+8 (of 32) of a q8 row against token t's natural-order int8 activations,
-    /// their terms added to `acc`: each group's exact sum ([`dot32_q8`]), the 8 folded into one
-    /// vector in group order ([`sum8`]), then the float step lane for lane.
-    ///
-    /// # Safety
-    /// Groups g0..g0+8 of the row and of token t must exist; AVX2.
+    /// Both rows' nb blocks and token t must exist; AVX2.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn block_q8s(&self, wrow: *const u8, wsc: *const f32, g0: usize, t: usize, acc: &mut __m256) {
-        let Self { cols, gpr, q, xs, ahead, .. } = *self;
+    unsafe fn row_pair_blocks<const Q4: bool>(&self, w: [*const u8; 2], sc: [*const f32; 2], nb: usize, t: usize) -> [[__m256; 2]; 2] {
+        let block_bytes = if Q4 { 16 * AVX2_BLOCK } else { 32 * AVX2_BLOCK };
+        let [(wa, sa), (wb, sb)] = [(w[0], sc[0]), (w[1], sc[1])];
+        // blocks k0 and k1 of rows at (w0, s0) and (w1, s1)
+        // SAFETY (every call): blocks below nb of both rows (the caller's contract).
+        let pair = |(w0, s0, k0): (*const u8, *const f32, usize), (w1, s1, k1): (*const u8, *const f32, usize)| unsafe {
+            let at = |w: *const u8, s: *const f32, k: usize| (w.add(block_bytes * k), s.add(AVX2_BLOCK * k), AVX2_BLOCK * k);
+            let ((w0, s0, g0), (w1, s1, g1)) = (at(w0, s0, k0), at(w1, s1, k1));
+            self.block_pair_terms::<Q4>([w0, w1], [s0, s1], [g0, g1], t)
+        };
+        let (mut la, mut ha, mut lb, mut hb) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut k = 0;
+        while k + 1 < nb {
+            let [v0, v1] = pair((wa, sa, k), (wa, sa, k + 1));
+            (la, ha) = (_mm256_add_ps(la, v0), _mm256_add_ps(ha, v1));
+            k += 2;
+        }
+        let mut k = 0;
+        if nb % 2 == 1 {
+            // a's last block (k even: lo) with b's first (lo)
+            let [v0, v1] = pair((wa, sa, nb - 1), (wb, sb, 0));
+            (la, lb) = (_mm256_add_ps(la, v0), _mm256_add_ps(lb, v1));
+            k = 1;
+        }
+        while k + 1 < nb {
+            let [v0, v1] = pair((wb, sb, k), (wb, sb, k + 1));
+            // block k goes to lo when k is even
+            if k % 2 == 0 {
+                (lb, hb) = (_mm256_add_ps(lb, v0), _mm256_add_ps(hb, v1));
+            } else {
+                (hb, lb) = (_mm256_add_ps(hb, v0), _mm256_add_ps(lb, v1));
+            }
+            k += 2;
+        }
+        [[la, ha], [lb, hb]]
+    }
+
+    /// The float terms of two blocks of 8 groups (each anywhere: weights `w`, scales `sc`, first
+    /// group `g`) against token t, both blocks' work side by side. q4 as [`Self::block_q4`]
+    /// computes them; q8 in groups of 32 against natural-order int8 activations: each group's
+    /// exact sum ([`dot32_q8`]), a block's 8 folded into one vector in group order ([`sum8`]),
+    /// then the float step lane for lane.
+    ///
+    /// # Safety
+    /// Both blocks and groups g..g+8 of token t must exist; AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn block_pair_terms<const Q4: bool>(&self, w: [*const u8; 2], sc: [*const f32; 2], g: [usize; 2], t: usize) -> [__m256; 2] {
+        let Self { cols, gpr, q, xs, sums, ahead, .. } = *self;
+        let ([w0, w1], [sc0, sc1], [g0, g1]) = (w, sc, g);
         // SAFETY (every raw read): the caller's contract.
         unsafe {
-            let wblk = wrow.add(32 * g0);
-            // where decode_prefetch says, DECODE_AHEAD ahead: on Zen 3 one 8 KiB ahead lost to
-            // the hardware prefetcher alone (GPT-2 124M q8: 84-90 vs 91-96 tok/s without), one
-            // 2 KiB ahead won (72-83 -> 93-100)
-            if ahead {
-                for line in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(DECODE_AHEAD + 64 * line).cast());
+            let isum: [__m256i; 2] = if Q4 {
+                // q4: PREFETCH_BYTES ahead, always (see block_q4)
+                for w in w {
+                    for line in 0..2 {
+                        _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
+                    }
                 }
-            }
-            let xblk = q.add(t * cols + 32 * g0);
-            let v: [__m256i; 8] = core::array::from_fn(|g| dot32_q8(wblk.add(32 * g), xblk.add(32 * g)));
-            let isum = sum8(v);
-            let (sw, sx) = (_mm256_loadu_ps(wsc.add(g0)), _mm256_loadu_ps(xs.add(t * gpr + g0)));
-            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+                let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+                // block_q4's four vectors of two groups' nibbles, for each block
+                let nibbles = |w: *const u8| -> [[__m256i; 2]; 4] {
+                    core::array::from_fn(|c| {
+                        let p = _mm256_loadu_si256(w.add(32 * c).cast());
+                        [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)]
+                    })
+                };
+                let (na, nb) = (nibbles(w0), nibbles(w1));
+                // and block_q4's partial sums: vector c's activations at 128(c / 2) + 32(c % 2)
+                let products = |n: [[__m256i; 2]; 4], g: usize| {
+                    let xt = q.add(t * cols + 32 * g);
+                    let mut s = [_mm256_setzero_si256(); 4];
+                    for ((s, [lo, hi]), at) in s.iter_mut().zip(n).zip([0, 32, 128, 160]) {
+                        let base = xt.add(at);
+                        *s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(base.cast())), _mm256_maddubs_epi16(hi, _mm256_loadu_si256(base.add(64).cast())));
+                    }
+                    s
+                };
+                let (sa, sb) = (products(na, g0), products(nb, g1));
+                let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+                [(sa, g0), (sb, g1)].map(|([s0, s1, s2, s3], g)| {
+                    let isum = _mm256_permutevar8x32_epi32(_mm256_madd_epi16(fold16(s0, s1, s2, s3), ones), order);
+                    _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(_mm256_loadu_si256(sums.add(t * gpr + g).cast())))
+                })
+            } else {
+                // q8: where decode_prefetch says, DECODE_AHEAD ahead: on Zen 3 one 8 KiB ahead
+                // lost to the hardware prefetcher alone (GPT-2 124M q8: 84-90 vs 91-96 tok/s
+                // without), one 2 KiB ahead won (72-83 -> 93-100)
+                if ahead {
+                    for w in w {
+                        for line in 0..4 {
+                            _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(DECODE_AHEAD + 64 * line).cast());
+                        }
+                    }
+                }
+                let dots = |w: *const u8, g: usize| -> [__m256i; 8] { core::array::from_fn(|c| dot32_q8(w.add(32 * c), q.add(t * cols + 32 * (g + c)))) };
+                let (va, vb) = (dots(w0, g0), dots(w1, g1));
+                [sum8(va), sum8(vb)]
+            };
+            let [ia, ib] = isum;
+            [(ia, sc0, g0), (ib, sc1, g1)].map(|(isum, sc, g)| {
+                let (sw, sx) = (_mm256_loadu_ps(sc), _mm256_loadu_ps(xs.add(t * gpr + g)));
+                _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx))
+            })
         }
     }
 
@@ -2936,12 +3007,12 @@ impl Avx2Quant {
     }
 
     /// Decode of the `n ≤ 8` rows o..o+n against token t (lanes past n compute row o again and
-    /// are not the caller's): their whole blocks one row at a time ([`Self::block_q4`] /
-    /// [`Self::block_q8s`]), then each last group (stories15M's 288 columns: 8 + 1; all groups
-    /// of rows shorter than a block) for the 8 rows at once ([`Self::tail8_q4_isum`] /
-    /// [`Self::tail8_q8s_isum`]; alone, one group cost a row about half a block), and the sums
-    /// of all 8 in [`rows8_end`]. Lane r of the result is row o + r. Q4 is a constant, so each
-    /// dtype gets its own straight code (a closure-driven version of this loop ran 4% slower).
+    /// are not the caller's): their whole blocks two rows at a time ([`Self::row_pair_blocks`]),
+    /// then each last group (stories15M's 288 columns: 8 + 1; all groups of rows shorter than a
+    /// block) for the 8 rows at once ([`Self::tail8_q4_isum`] / [`Self::tail8_q8s_isum`]; alone,
+    /// one group cost a row about half a block), and the sums of all 8 in [`rows8_end`]. Lane r
+    /// of the result is row o + r. Q4 is a constant, so each dtype gets its own straight code (a
+    /// closure-driven version of this loop ran 4% slower).
     ///
     /// # Safety
     /// Rows o..o+n (n ≥ 1) and token t must exist; q8 in groups of 32 with natural-order
@@ -2953,30 +3024,21 @@ impl Avx2Quant {
         let row_bytes = if Q4 { cols / 2 } else { cols };
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         let rows: [usize; 8] = core::array::from_fn(|r| o + if r < n { r } else { 0 });
-        let (mut lo, mut hi) = ([[_mm256_setzero_ps(); 1]; 8], [[_mm256_setzero_ps(); 1]; 8]);
-        for ((lo, hi), &row) in lo.iter_mut().zip(hi.iter_mut()).zip(&rows) {
-            // SAFETY: the caller's contract (row `row`, the token t).
-            let (wrow, wsc) = unsafe { (wrows.add(row * row_bytes), wsc.add(row * gpr)) };
-            for g0 in (0..full).step_by(2 * AVX2_BLOCK) {
-                // SAFETY: as above, groups g0..g0+8 (and the next 8 when there are any).
-                unsafe {
-                    if Q4 {
-                        self.block_q4::<1>(wrow, wsc, g0, t, 1, lo);
-                        if g0 + AVX2_BLOCK < full {
-                            self.block_q4::<1>(wrow, wsc, g0 + AVX2_BLOCK, t, 1, hi);
-                        }
-                    } else {
-                        let [lo] = lo;
-                        self.block_q8s(wrow, wsc, g0, t, lo);
-                        if g0 + AVX2_BLOCK < full {
-                            let [hi] = hi;
-                            self.block_q8s(wrow, wsc, g0 + AVX2_BLOCK, t, hi);
-                        }
-                    }
+        let (mut lo, mut hi) = ([_mm256_setzero_ps(); 8], [_mm256_setzero_ps(); 8]);
+        if full > 0 {
+            for ((lo, hi), pair) in lo.chunks_exact_mut(2).zip(hi.chunks_exact_mut(2)).zip(rows.chunks_exact(2)) {
+                let [a, b] = [0, 1].map(|k| pair.get(k).copied().unwrap_or(o));
+                // SAFETY: the caller's contract (rows a and b, the token t).
+                let [[la, ha], [lb, hb]] = unsafe {
+                    let (w, sc) = ([wrows.add(a * row_bytes), wrows.add(b * row_bytes)], [wsc.add(a * gpr), wsc.add(b * gpr)]);
+                    self.row_pair_blocks::<Q4>(w, sc, full / AVX2_BLOCK, t)
+                };
+                for (acc, v) in lo.iter_mut().chain(hi.iter_mut()).zip([la, lb, ha, hb]) {
+                    *acc = v;
                 }
             }
         }
-        let hi = (full > AVX2_BLOCK).then(|| hi.map(|[v]| v));
+        let hi = (full > AVX2_BLOCK).then_some(hi);
         // the float terms of tail group g, lane r = row o + r
         let tail = |g: usize| {
             // SAFETY: rows o..o+n and group g < gpr of them and of token t exist (the caller's
@@ -2986,7 +3048,7 @@ impl Avx2Quant {
                 (g, tail8_terms(isum, wsc, rows, gpr, g, *xs.add(t * gpr + g)))
             }
         };
-        rows8_end(lo.map(|[v]| v), hi, (full..gpr).map(tail))
+        rows8_end(lo, hi, (full..gpr).map(tail))
     }
 
     /// Group g's int8 activations of token t for the q4 kernels: its 16 even-position values,
@@ -3089,14 +3151,9 @@ impl Avx2Quant {
                     let (even, odd) = (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast()));
                     *s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd));
                 }
-                // folded twice in int16 (|·| ≤ 30720, exact), pairs of lanes kept together, so
-                // that one madd widens each group's last two lanes into its dword: the integer
-                // sums fold32/fold64 give after a madd per vector, with one madd instead of four.
-                // Groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order.
-                let f01 = _mm256_add_epi16(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));
-                let f23 = _mm256_add_epi16(_mm256_unpacklo_epi32(s[2], s[3]), _mm256_unpackhi_epi32(s[2], s[3]));
-                let f = _mm256_add_epi16(_mm256_unpacklo_epi64(f01, f23), _mm256_unpackhi_epi64(f01, f23));
-                let isum = _mm256_permutevar8x32_epi32(_mm256_madd_epi16(f, ones), order);
+                // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+                let [s0, s1, s2, s3] = s;
+                let isum = _mm256_permutevar8x32_epi32(_mm256_madd_epi16(fold16(s0, s1, s2, s3), ones), order);
                 // take off the + 8 of the stored nibbles, 8 · Σx per group
                 let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(_mm256_loadu_si256(sums.add(t * gpr + g0).cast())));
                 let sx = _mm256_loadu_ps(xs.add(t * gpr + g0));
