@@ -2763,12 +2763,13 @@ impl Avx2Quant {
 
     /// The whole blocks (`nb` of 8 groups) of two rows a and b (rows at `w`, scales at `sc`)
     /// against token t, as `[[lo, hi] of a, [lo, hi] of b]`: block k of a row added to lo for
-    /// even k and hi for odd, in order, from +0.0 (as one block after the other would). The blocks go two at a time through [`Self::block_pair_terms`],
-    /// in memory order: a's in pairs, then, when nb is odd, a's last with b's first, then b's
-    /// in pairs. On Zen 3 two blocks side by side in the program run faster than one after the
-    /// other (`linear-ab … 1 … q4 q4`, in L2/L3: 768 × 3072 39.5-40 -> 45.7-46, 1024 × 768
-    /// 35.2-36.6 -> 40.3-40.6 G MAC/s; pairing only within rows, which leaves a 3-block row one
-    /// block alone, gained nothing at 768 columns).
+    /// even k and hi for odd, in order, from +0.0, as one block after the other would. The
+    /// blocks go two at a time through [`Self::block_pair_terms`], in memory order: a's in
+    /// pairs, then, when nb is odd, a's last with b's first, then b's in pairs. On Zen 3 two
+    /// blocks side by side in the program run faster than one after the other (q4, `linear-ab
+    /// … 1 … q4 q4`, in L2/L3: 768 × 3072 39.5-40 -> 45.7-46, 1024 × 768 35.2-36.6 -> 40.3-40.6
+    /// G MAC/s; pairing only within rows, which leaves a 3-block row one block alone, gained
+    /// nothing at 768 columns; q8, bound by its fold, runs as fast either way).
     ///
     /// # Safety
     /// Both rows' nb blocks and token t must exist; AVX2.
