@@ -2337,6 +2337,27 @@ fn fold16(s0: __m256i, s1: __m256i, s2: __m256i, s3: __m256i) -> __m256i {
     _mm256_add_epi16(_mm256_unpacklo_epi64(f01, f23), _mm256_unpackhi_epi64(f01, f23))
 }
 
+/// A q4 block's 128 bytes at `w` (8 groups of 32) as four vectors of two groups' nibbles:
+/// `[low, high]` = the even elements, the odd ones (stored q + 8, 0..15).
+///
+/// # Safety
+/// 128 bytes at `w` must be readable; AVX2 (always inlined into the AVX2 kernels).
+#[inline(always)]
+unsafe fn q4_nibbles(w: *const u8) -> [[__m256i; 2]; 4] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        // (a loop, not `array::from_fn`: its closure would not inherit the caller's AVX2 and
+        // would be called out of line)
+        let low = _mm256_set1_epi8(0x0F);
+        let mut n = [[_mm256_setzero_si256(); 2]; 4];
+        for (c, n) in n.iter_mut().enumerate() {
+            let p = _mm256_loadu_si256(w.add(32 * c).cast());
+            *n = [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)];
+        }
+        n
+    }
+}
+
 /// The exact products of 32 q8 weights at `w` with 32 int8 activations at `x`, as 8 int32
 /// partial sums: `vpmaddubsw` of |w| (unsigned, 0..=128) and x with w's sign (`vpsignb`: x · sgn
 /// w, 0 where w is 0), then `vpmaddwd` by ones. 32 multiply-adds in `vpmaddubsw` where
@@ -2777,7 +2798,7 @@ impl Avx2Quant {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn row_pair_blocks<const Q4: bool>(&self, w: [*const u8; 2], sc: [*const f32; 2], nb: usize, t: usize) -> [[__m256; 2]; 2] {
         let block_bytes = if Q4 { 16 * AVX2_BLOCK } else { 32 * AVX2_BLOCK };
-        let [(wa, sa), (wb, sb)] = [(w[0], sc[0]), (w[1], sc[1])];
+        let ([wa, wb], [sa, sb]) = (w, sc);
         // blocks k0 and k1 of rows at (w0, s0) and (w1, s1)
         // SAFETY (every call): blocks below nb of both rows (the caller's contract).
         let pair = |(w0, s0, k0): (*const u8, *const f32, usize), (w1, s1, k1): (*const u8, *const f32, usize)| unsafe {
@@ -2823,7 +2844,7 @@ impl Avx2Quant {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn block_pair_terms<const Q4: bool>(&self, w: [*const u8; 2], sc: [*const f32; 2], g: [usize; 2], t: usize) -> [__m256; 2] {
-        let Self { cols, gpr, q, xs, sums, ahead, .. } = *self;
+        let Self { cols, gpr, q, xs, ahead, .. } = *self;
         let ([w0, w1], [sc0, sc1], [g0, g1]) = (w, sc, g);
         // SAFETY (every raw read): the caller's contract.
         unsafe {
@@ -2834,31 +2855,9 @@ impl Avx2Quant {
                         _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
                     }
                 }
-                let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
-                // block_q4's four vectors of two groups' nibbles, for each block
-                let nibbles = |w: *const u8| -> [[__m256i; 2]; 4] {
-                    core::array::from_fn(|c| {
-                        let p = _mm256_loadu_si256(w.add(32 * c).cast());
-                        [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)]
-                    })
-                };
-                let (na, nb) = (nibbles(w0), nibbles(w1));
-                // and block_q4's partial sums: vector c's activations at 128(c / 2) + 32(c % 2)
-                let products = |n: [[__m256i; 2]; 4], g: usize| {
-                    let xt = q.add(t * cols + 32 * g);
-                    let mut s = [_mm256_setzero_si256(); 4];
-                    for ((s, [lo, hi]), at) in s.iter_mut().zip(n).zip([0, 32, 128, 160]) {
-                        let base = xt.add(at);
-                        *s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(base.cast())), _mm256_maddubs_epi16(hi, _mm256_loadu_si256(base.add(64).cast())));
-                    }
-                    s
-                };
-                let (sa, sb) = (products(na, g0), products(nb, g1));
-                let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-                [(sa, g0), (sb, g1)].map(|([s0, s1, s2, s3], g)| {
-                    let isum = _mm256_permutevar8x32_epi32(_mm256_madd_epi16(fold16(s0, s1, s2, s3), ones), order);
-                    _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(_mm256_loadu_si256(sums.add(t * gpr + g).cast())))
-                })
+                // both blocks' nibbles first, then both blocks' sums
+                let (na, nb) = (q4_nibbles(w0), q4_nibbles(w1));
+                [self.q4_block_isum(na, t, g0), self.q4_block_isum(nb, t, g1)]
             } else {
                 // q8: where decode_prefetch says, DECODE_AHEAD ahead: on Zen 3 one 8 KiB ahead
                 // lost to the hardware prefetcher alone (GPT-2 124M q8: 84-90 vs 91-96 tok/s
@@ -3025,20 +3024,17 @@ impl Avx2Quant {
         let row_bytes = if Q4 { cols / 2 } else { cols };
         let full = gpr / AVX2_BLOCK * AVX2_BLOCK;
         let rows: [usize; 8] = core::array::from_fn(|r| o + if r < n { r } else { 0 });
-        let (mut lo, mut hi) = ([_mm256_setzero_ps(); 8], [_mm256_setzero_ps(); 8]);
-        if full > 0 {
-            for ((lo, hi), pair) in lo.chunks_exact_mut(2).zip(hi.chunks_exact_mut(2)).zip(rows.chunks_exact(2)) {
-                let [a, b] = [0, 1].map(|k| pair.get(k).copied().unwrap_or(o));
-                // SAFETY: the caller's contract (rows a and b, the token t).
-                let [[la, ha], [lb, hb]] = unsafe {
-                    let (w, sc) = ([wrows.add(a * row_bytes), wrows.add(b * row_bytes)], [wsc.add(a * gpr), wsc.add(b * gpr)]);
-                    self.row_pair_blocks::<Q4>(w, sc, full / AVX2_BLOCK, t)
-                };
-                for (acc, v) in lo.iter_mut().chain(hi.iter_mut()).zip([la, lb, ha, hb]) {
-                    *acc = v;
-                }
-            }
+        let (mut lo, mut hi) = ([[_mm256_setzero_ps(); 2]; 4], [[_mm256_setzero_ps(); 2]; 4]);
+        for ((lo, hi), &[a, b]) in lo.iter_mut().zip(hi.iter_mut()).zip(rows.as_chunks::<2>().0) {
+            // SAFETY: the caller's contract (rows a and b, the token t).
+            let [[la, ha], [lb, hb]] = unsafe {
+                let (w, sc) = ([wrows.add(a * row_bytes), wrows.add(b * row_bytes)], [wsc.add(a * gpr), wsc.add(b * gpr)]);
+                self.row_pair_blocks::<Q4>(w, sc, full / AVX2_BLOCK, t)
+            };
+            (*lo, *hi) = ([la, lb], [ha, hb]);
         }
+        let flat = |[[r0, r1], [r2, r3], [r4, r5], [r6, r7]]: [[__m256; 2]; 4]| [r0, r1, r2, r3, r4, r5, r6, r7];
+        let (lo, hi) = (flat(lo), flat(hi));
         let hi = (full > AVX2_BLOCK).then_some(hi);
         // the float terms of tail group g, lane r = row o + r
         let tail = |g: usize| {
@@ -3122,9 +3118,7 @@ impl Avx2Quant {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn block_q4<const NT: usize>(&self, wrow: *const u8, wsc: *const f32, g0: usize, t0: usize, nt: usize, acc: &mut [__m256; NT]) {
-        let Self { cols, gpr, q, xs, sums, .. } = *self;
-        let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let Self { gpr, xs, .. } = *self;
         // SAFETY (every raw read): the caller's contract.
         unsafe {
             let wblk = wrow.add(16 * g0);
@@ -3133,33 +3127,39 @@ impl Avx2Quant {
             for line in 0..2 {
                 _mm_prefetch::<_MM_HINT_T0>(wblk.wrapping_add(PREFETCH_BYTES + 64 * line).cast());
             }
-            // four vectors of two groups' nibbles: low = even elements, high = odd
-            let w: [[__m256i; 2]; 4] = [0, 1, 2, 3].map(|c| {
-                let p = _mm256_loadu_si256(wblk.add(32 * c).cast());
-                [_mm256_and_si256(p, low), _mm256_and_si256(_mm256_srli_epi16::<4>(p), low)]
-            });
+            let w = q4_nibbles(wblk);
             let sw = _mm256_loadu_ps(wsc.add(g0));
             for (t, acc) in acc.iter_mut().enumerate().take(nt) {
-                let t = t0 + t;
-                let xt = q.add(t * cols + 32 * g0);
-                // Q4Pairs: in each 128 values, groups 4j..4j+4's even elements (16 each), then
-                // their odd ones; groups 2c, 2c+1 sit at 32(c % 2) of block c / 2.
-                // s[c]: int16 lanes 0–7 partial sums of group 2c, 8–15 of group 2c+1, each of
-                // four products (|·| ≤ 4 · 15 · 128 = 7680)
-                let mut s = [_mm256_setzero_si256(); 4];
-                for (c, (s, &[lo, hi])) in s.iter_mut().zip(&w).enumerate() {
-                    let base = xt.add(128 * (c / 2) + 32 * (c % 2));
-                    let (even, odd) = (_mm256_loadu_si256(base.cast()), _mm256_loadu_si256(base.add(64).cast()));
-                    *s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd));
-                }
-                // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
-                let [s0, s1, s2, s3] = s;
-                let isum = _mm256_permutevar8x32_epi32(_mm256_madd_epi16(fold16(s0, s1, s2, s3), ones), order);
-                // take off the + 8 of the stored nibbles, 8 · Σx per group
-                let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(_mm256_loadu_si256(sums.add(t * gpr + g0).cast())));
-                let sx = _mm256_loadu_ps(xs.add(t * gpr + g0));
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sx)));
+                let isum = self.q4_block_isum(w, t0 + t, g0);
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, _mm256_loadu_ps(xs.add((t0 + t) * gpr + g0)))));
             }
+        }
+    }
+
+    /// The 8 exact group sums (less 8 · Σx, in group order) of a q4 block whose nibbles are `w`
+    /// ([`q4_nibbles`]), groups g0..g0+8 of token t. Q4Pairs: in each 128 values, groups
+    /// 4j..4j+4's even elements (16 each), then their odd ones; groups 2c, 2c+1 sit at 32(c % 2)
+    /// of block c / 2. s[c]: int16 lanes 0–7 partial sums of group 2c, 8–15 of group 2c+1, each
+    /// of four products (|·| ≤ 4 · 15 · 128 = 7680), folded by [`fold16`].
+    ///
+    /// # Safety
+    /// Groups g0..g0+8 of token t must exist; AVX2 (always inlined into the AVX2 kernels).
+    #[inline(always)]
+    unsafe fn q4_block_isum(&self, w: [[__m256i; 2]; 4], t: usize, g0: usize) -> __m256i {
+        let Self { cols, gpr, q, sums, .. } = *self;
+        // SAFETY (every raw read): the caller's contract.
+        unsafe {
+            let xt = q.add(t * cols + 32 * g0);
+            let mut s = [_mm256_setzero_si256(); 4];
+            for ((s, [lo, hi]), at) in s.iter_mut().zip(w).zip([0, 32, 128, 160]) {
+                let base = xt.add(at);
+                *s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(base.cast())), _mm256_maddubs_epi16(hi, _mm256_loadu_si256(base.add(64).cast())));
+            }
+            // groups 0, 2, 4, 6 | 1, 3, 5, 7, then in order
+            let [s0, s1, s2, s3] = s;
+            let isum = _mm256_permutevar8x32_epi32(_mm256_madd_epi16(fold16(s0, s1, s2, s3), _mm256_set1_epi16(1)), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            // take off the + 8 of the stored nibbles, 8 · Σx per group
+            _mm256_sub_epi32(isum, _mm256_slli_epi32::<3>(_mm256_loadu_si256(sums.add(t * gpr + g0).cast())))
         }
     }
 }
