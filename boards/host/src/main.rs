@@ -734,7 +734,7 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     }
     let bytes = model.weight_bytes_per_token() as f64;
     let (p, d) = (median(pre), median(dec));
-    let bandwidth = read_bandwidth(file.bytes(), runs.max(3));
+    let (bandwidth, by_streams) = read_bandwidth(file.bytes(), runs.max(3));
     println!(
         "model: {} layers, n_embd {}, vocab {}, {} weights, {} KV cache",
         cfg.n_layer,
@@ -751,10 +751,11 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     println!("decode:  {d:.1} tok/s");
     println!("weight bytes per decoded token: {:.1} MB  -> {:.2} GB/s streamed", bytes / 1e6, bytes * d / 1e9);
     println!(
-        "memory read bandwidth (this blob, 1 thread): {:.2} GB/s  -> decode bound {:.1} tok/s, decode reaches {:.0}% of it",
+        "memory read bandwidth (this blob, 1 thread): {:.2} GB/s  -> decode bound {:.1} tok/s, decode reaches {:.0}% of it (best of 1-4 streams: {})",
         bandwidth / 1e9,
         bandwidth / bytes,
-        100.0 * bytes * d / bandwidth
+        100.0 * bytes * d / bandwidth,
+        by_streams.map(|b| format!("{:.2}", b / 1e9)).join(" / ")
     );
     // Attention reads the keys and values each layer holds: at decode step i (from 0), layer l
     // attends to min(prompt_len + i + 1, cap_l) positions (a local layer's ring holds W); the
@@ -792,16 +793,29 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
 /// Read bandwidth of one thread over `bytes` (the blob, so the working set is the weights'):
 /// the median of `runs` passes of a sum over 64-byte blocks with independent accumulators,
 /// with AVX-512 loads and a software prefetch where the CPU has them (as the kernels do), else
-/// AVX2 loads in one stream.
-/// Decode cannot stream weights faster than this.
-fn read_bandwidth(bytes: &[u8], runs: usize) -> f64 {
-    let mut rates = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        std::hint::black_box(sum_bytes(std::hint::black_box(bytes)));
-        rates.push(bytes.len() as f64 / t0.elapsed().as_secs_f64());
+/// AVX2 loads. Read from k = 1-4 places far apart at once (the blob cut into k parts, 2 KiB of
+/// each in turn), since one AMD Zen 3 core reads faster from several streams than from one
+/// (f32/f16 decode reads so: `for_fronts` in the runtime's `kernels/x86.rs`). Returns the best
+/// and the rate of each k. Decode cannot stream weights faster than the best.
+fn read_bandwidth(bytes: &[u8], runs: usize) -> (f64, [f64; 4]) {
+    let mut by_k = [0.0; 4];
+    for (k, r) in (1..).zip(by_k.iter_mut()) {
+        let part = bytes.len() / k / 2048 * 2048;
+        let mut rates = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            let mut s = 0u64;
+            for off in (0..part).step_by(2048) {
+                for f in 0..k {
+                    s = s.wrapping_add(sum_bytes(std::hint::black_box(&bytes[f * part + off..f * part + off + 2048])));
+                }
+            }
+            std::hint::black_box(s);
+            rates.push((k * part) as f64 / t0.elapsed().as_secs_f64());
+        }
+        *r = median(rates);
     }
-    median(rates)
+    (by_k.iter().copied().fold(0.0, f64::max), by_k)
 }
 
 fn sum_bytes(bytes: &[u8]) -> u64 {

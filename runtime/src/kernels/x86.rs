@@ -491,12 +491,15 @@ fn dot_ahead_avx2<W: Weight, const AHEAD: bool>(a: &[W], b: &[f32]) -> f32 {
     reduce_avx2(lo, hi)
 }
 
-/// f32 / f16 decode (one token) on AVX2: one weight row after the other, each a [`dot_avx2`].
+/// f32 / f16 decode (one token) on AVX2: one weight row after the other, each a [`dot_avx2`],
+/// the rows taken from one or more places in the matrix in turn ([`for_fronts`]: f16 four on
+/// AMD).
 /// Decode streams every weight once, and on Zen 3 (2 MiB pages) one sequential stream reads at
 /// twice the rate of four rows read side by side (measured: 30 vs 17.5 GB/s for 3 KiB rows,
-/// thread CPU time): the hardware prefetcher follows one stream well and several short ones
-/// badly. Two accumulator chains per row are enough to keep up with memory. Whether each chunk
-/// also asks for the bytes 2 KiB ahead depends on the CPU and the dtype ([`decode_prefetch`]).
+/// thread CPU time): the hardware prefetcher follows streams close together badly, and streams
+/// far apart well. Two accumulator chains per row are enough to keep up with memory. Whether
+/// each chunk also asks for the bytes 2 KiB ahead depends on the CPU and the dtype
+/// ([`decode_prefetch`]).
 /// Returns false, having written nothing, for other dtypes or batches.
 #[target_feature(enable = "avx2,f16c")]
 fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], acc: bool) -> bool {
@@ -507,24 +510,66 @@ fn dense_decode_avx2(out: &mut [f32], x: &[f32], w: &Matrix<'_>, bias: &[f32], a
     let x = x.get(..cols).unwrap_or(&[]);
     let mut out = Outputs { out, rows, bias, accumulate: acc };
     match w.data {
-        MatrixData::F32(data) => decode_rows_avx2(data, cols, x, &mut out),
-        MatrixData::F16(data) => decode_rows_avx2(data, cols, x, &mut out),
+        MatrixData::F32(data) => decode_rows_avx2(data, cols, x, &mut out, decode_fronts(true)),
+        MatrixData::F16(data) => decode_rows_avx2(data, cols, x, &mut out, decode_fronts(false)),
         MatrixData::Q8 { .. } | MatrixData::Q4 { .. } => return false,
     }
     true
 }
 
 /// [`dense_decode_avx2`]'s row loop: `out.rows` rows of `cols` weights against `x`, each a
-/// [`dot_ahead_avx2`] with the prefetch where [`decode_prefetch`] wants it.
+/// [`dot_ahead_avx2`] with the prefetch where [`decode_prefetch`] wants it, from `fronts`
+/// places at once ([`for_fronts`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn decode_rows_avx2<W: Weight>(data: &[W], cols: usize, x: &[f32], out: &mut Outputs<'_>) {
-    let rows = data.chunks_exact(cols).take(out.rows).enumerate();
-    if decode_prefetch(core::mem::size_of::<W>() == 4) {
-        rows.for_each(|(o, r)| out.one(0, o, dot_ahead_avx2::<W, true>(r, x)));
-    } else {
-        rows.for_each(|(o, r)| out.one(0, o, dot_ahead_avx2::<W, false>(r, x)));
+fn decode_rows_avx2<W: Weight>(data: &[W], cols: usize, x: &[f32], out: &mut Outputs<'_>, fronts: usize) {
+    let rows = out.rows.min(data.len() / cols.max(1));
+    let ahead = decode_prefetch(core::mem::size_of::<W>() == 4);
+    for_fronts(fronts, rows, rows * cols * core::mem::size_of::<W>(), |o| {
+        let r = data.get(o * cols..(o + 1) * cols).unwrap_or(&[]);
+        let y = if ahead { dot_ahead_avx2::<W, true>(r, x) } else { dot_ahead_avx2::<W, false>(r, x) };
+        out.one(0, o, y);
+    });
+}
+
+/// Visits rows 0..`rows` (`bytes` in all) from `fronts` places in the matrix at once: the rows
+/// split into that many contiguous parts (fewer when a part would be under [`FRONT_MIN_BYTES`]),
+/// and one row of each part in turn. Each row is computed as it would be alone, so the order
+/// changes no bits. Why: one Zen 3 core reads memory faster from two streams far apart than from
+/// one (a pure read of 248 MB, 1.5 KiB from each in turn: one stream 15-19 GB/s, two 20-24),
+/// while streams close together read at half the rate (two 768 B apart: 9-10 GB/s; this is
+/// why rows side by side lost, below).
+#[inline(always)]
+fn for_fronts(fronts: usize, rows: usize, bytes: usize, mut f: impl FnMut(usize)) {
+    let k = fronts.min(bytes / FRONT_MIN_BYTES).clamp(1, rows.max(1));
+    let part = rows.div_ceil(k);
+    for i in 0..part {
+        for front in 0..k {
+            let o = front * part + i;
+            if o < rows {
+                f(o);
+            }
+        }
     }
+}
+
+/// The smallest part of a matrix [`for_fronts`] reads as a stream of its own: streams 16 KiB
+/// apart read about as one does, 64 KiB apart as separate streams (pure reads, Zen 3).
+const FRONT_MIN_BYTES: usize = 64 << 10;
+
+/// From how many places at once AVX2 decode reads an f32 (`f32_rows`) or f16 matrix
+/// ([`for_fronts`]): the CPU table's `dense_fronts` (AMD: f32 1, f16 4; Intel 1), or
+/// `GPT2_MCU_DECODE_FRONTS` (1-8, both dtypes, to measure). Asked once.
+pub(super) fn decode_fronts(f32_rows: bool) -> usize {
+    static K: std::sync::OnceLock<[usize; 2]> = std::sync::OnceLock::new();
+    let k = K.get_or_init(|| {
+        let table = cpu::chosen().choice.dense_fronts.map(usize::from);
+        match std::env::var("GPT2_MCU_DECODE_FRONTS").ok().and_then(|v| v.parse::<usize>().ok()) {
+            Some(k) => [k.clamp(1, 8); 2],
+            None => table.map(|k| k.clamp(1, 8)),
+        }
+    });
+    if f32_rows { k[0] } else { k[1] }
 }
 
 /// How far ahead of its reads AVX2 decode asks for the f32/f16/q8 weights, where it does
@@ -1782,6 +1827,64 @@ mod tests {
         }
     }
 
+    /// f32/f16 decode from several places of the matrix at once ([`for_fronts`]) gives the
+    /// portable kernel's bits for every count of places, with bias and accumulate, on matrices
+    /// large enough to be cut (parts of at least 64 KiB) and not (the rows not dividing evenly).
+    #[test]
+    fn avx2_decode_from_several_places_is_bit_identical_to_portable() {
+        if Avx2::detect().is_none() {
+            return;
+        }
+        for &(rows, cols) in &[(301usize, 768usize), (1031, 100), (7, 64), (129, 1000)] {
+            let w: std::vec::Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+            let wh: std::vec::Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+            let bias: std::vec::Vec<f32> = (0..rows).map(|i| i as f32 * 0.25 - 1.0).collect();
+            let x: std::vec::Vec<f32> = (0..cols).map(|i| ((i * 53) % 97) as f32 / 13.0 - 3.0).collect();
+            for m in [Matrix { rows, cols, data: MatrixData::F32(&w) }, Matrix { rows, cols, data: MatrixData::F16(&wh) }] {
+                let mut slow = std::vec![0.5f32; rows];
+                linear_impl(&super::super::Portable, &mut slow, &x, &m, &bias, true, &mut []);
+                for fronts in 1..=6 {
+                    let mut fast = std::vec![0.5f32; rows];
+                    let mut out = Outputs { out: &mut fast, rows, bias: &bias, accumulate: true };
+                    // SAFETY: the CPU has AVX2 and F16C (checked above).
+                    unsafe {
+                        match m.data {
+                            MatrixData::F32(d) => decode_rows_avx2(d, cols, &x, &mut out, fronts),
+                            MatrixData::F16(d) => decode_rows_avx2(d, cols, &x, &mut out, fronts),
+                            _ => unreachable!(),
+                        }
+                    }
+                    let (f, s): (std::vec::Vec<u32>, std::vec::Vec<u32>) = (fast.iter().map(|v| v.to_bits()).collect(), slow.iter().map(|v| v.to_bits()).collect());
+                    assert_eq!(f, s, "rows {rows} cols {cols} f16 {} fronts {fronts}", matches!(m.data, MatrixData::F16(_)));
+                }
+            }
+        }
+    }
+
+    /// [`for_fronts`] visits every row once, from at most `fronts` parts of at least
+    /// [`FRONT_MIN_BYTES`] each.
+    #[test]
+    fn fronts_visit_every_row_once() {
+        for rows in 0..40usize {
+            for fronts in 1..=9 {
+                for bytes in [0, FRONT_MIN_BYTES, 3 * FRONT_MIN_BYTES, 100 * FRONT_MIN_BYTES] {
+                    let mut seen = std::vec![0u32; rows];
+                    let mut order = std::vec::Vec::new();
+                    for_fronts(fronts, rows, bytes, |o| {
+                        seen[o] += 1;
+                        order.push(o);
+                    });
+                    assert!(seen.iter().all(|&n| n == 1), "rows {rows} fronts {fronts} bytes {bytes}: {seen:?}");
+                    // k places: the first k visits are the parts' first rows, a part apart
+                    let k = fronts.min(bytes / FRONT_MIN_BYTES).clamp(1, rows.max(1));
+                    let part = rows.div_ceil(k);
+                    let firsts: std::vec::Vec<usize> = (0..k).map(|f| f * part).filter(|&o| o < rows).collect();
+                    assert_eq!(order.get(..firsts.len()), Some(&firsts[..]), "rows {rows} fronts {fronts} bytes {bytes}: {order:?}");
+                }
+            }
+        }
+    }
+
     /// The AMX tile path (prefill, ≥ 8 tokens, blocks of 16 rows) must give the portable
     /// kernel's bits: full and partial token tiles, rows beyond the last block of 16 (done by
     /// VNNI), q8 and q4, rows wider than one block of 16 groups, bias and accumulate.
@@ -2995,6 +3098,9 @@ impl Avx2Quant {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn decode_eights<const Q4: bool>(&self, wrows: *const u8, wsc: *const f32, rows: core::ops::Range<usize>, t: usize, outs: &mut Outputs<'_>) {
+        // one place at a time, unlike f32/f16 ([`for_fronts`]): these kernels prefetch by blocks,
+        // and on Zen 3 two places lost (`linear-ab 50257 768 1 20 q8 q8`: 18.7-20.9 -> 13.8-17.6
+        // G MAC/s; q4 35.7-39.4 -> 35.6-37.1)
         let mut o = rows.start;
         while o < rows.end {
             let n = (rows.end - o).min(8);

@@ -84,11 +84,20 @@ pub struct Choice {
     /// Intel's Golden Cove wants it (f32 decode 23.9 -> 33.1 tok/s), AMD's Zen 3 does not
     /// (26-31 -> 22-23); see `decode_prefetch` in `kernels/x86.rs`.
     pub prefetch_f32_rows: bool,
+    /// From how many places at once AVX2 decode reads an `[f32, f16]` matrix (`for_fronts` in
+    /// `kernels/x86.rs`). One AMD Zen 3 core reads memory faster from several streams far apart
+    /// than from one, and f16 decode with them: `host bench --model gpt2-f16.blob --prompt-len
+    /// 16 -n 64 --runs 3 --kv-dtype f16`, three alternated rounds, one place 70-77 tok/s, two
+    /// 73-87, four 86-97 (two threads: 122-130, 124-144, 138-163). f32 rows stream as fast
+    /// from one (42.5-44.8 tok/s; four 39-41), and q8/q4, whose kernels are near their
+    /// in-cache rate, always read from one. Intel: 1, not measured.
+    pub dense_fronts: [u8; 2],
 }
 
 impl Choice {
     fn all(row: &'static str, b: Build, vendor: Vendor) -> Self {
-        Choice { row, decode: [b; 4], prefill: [b; 4], other: b, prefetch_f32_rows: vendor == Vendor::Intel }
+        let amd = vendor == Vendor::Amd;
+        Choice { row, decode: [b; 4], prefill: [b; 4], other: b, prefetch_f32_rows: vendor == Vendor::Intel, dense_fronts: if amd { [1, 4] } else { [1, 1] } }
     }
 }
 
@@ -129,9 +138,10 @@ pub fn choose(cpu: Cpu, force: Force) -> Choice {
             // prefill f32 402 / 363, f16 406-420 / 372-412, q8 538-549 / 529-591 (two threads
             // 790 / 728), q4 492 / 647. So decode and q4 prefill on AVX2, the rest of prefill
             // on AVX-512. Zen 5 (family 26) is not measured; until it is it takes Zen 4's row,
-            // whose AVX2 decode already streams at the memory bound.
+            // whose AVX2 decode already streams at the memory bound. Two read fronts for f32/f16
+            // decode as on Zen 3 (measured there, not on a Zen 4).
             let (a, b) = (Build::Avx512, Build::Avx2);
-            Choice { row: "AMD with AVX-512 (measured: Zen 4, family 25 model 17)", decode: [b; 4], prefill: [a, a, a, b], other: b, prefetch_f32_rows: false }
+            Choice { row: "AMD with AVX-512 (measured: Zen 4, family 25 model 17)", decode: [b; 4], prefill: [a, a, a, b], other: b, prefetch_f32_rows: false, dense_fronts: [1, 4] }
         }
         Build::Avx512 => Choice::all("AVX-512 (measured: Intel Sapphire Rapids, family 6 model 143)", Build::Avx512, cpu.vendor),
     }
@@ -240,8 +250,10 @@ impl fmt::Display for Report {
             "no AVX2"
         };
         write!(f, "{vendor} family {} model {} ({has}); table row \"{}\": ", cpu.family, cpu.model, c.row)?;
+        let [f32_fronts, f16_fronts] = [super::decode_fronts(true), super::decode_fronts(false)];
+        let fronts = if f32_fronts > 1 || f16_fronts > 1 { std::format!("; decode reads each f32 matrix from {f32_fronts} place(s) at once, f16 from {f16_fronts}") } else { std::string::String::new() };
         if c.decode.iter().chain(&c.prefill).all(|&b| b == c.other) {
-            return write!(f, "{} for every dtype and phase", c.other.name());
+            return write!(f, "{} for every dtype and phase{fronts}", c.other.name());
         }
         write!(f, "decode")?;
         for (d, b) in DTYPES.iter().zip(c.decode) {
@@ -251,7 +263,7 @@ impl fmt::Display for Report {
         for (d, b) in DTYPES.iter().zip(c.prefill) {
             write!(f, " {d} {}", b.name())?;
         }
-        write!(f, "; attention {}", c.other.name())
+        write!(f, "; attention {}{fronts}", c.other.name())
     }
 }
 
@@ -277,6 +289,7 @@ mod tests {
         assert_eq!((spr.decode, spr.prefill, spr.other), ([Build::Avx512; 4], [Build::Avx512; 4], Build::Avx512));
         assert_eq!(choose(OLD, Force::Auto), Choice::all(choose(OLD, Force::Auto).row, Build::Portable, Vendor::Intel));
         assert!(spr.prefetch_f32_rows && !zen3.prefetch_f32_rows && !zen4.prefetch_f32_rows);
+        assert_eq!((zen3.dense_fronts, zen4.dense_fronts, spr.dense_fronts), ([1, 4], [1, 4], [1, 1]));
     }
 
     #[test]
