@@ -251,7 +251,7 @@ impl fmt::Display for Report {
         };
         write!(f, "{vendor} family {} model {} ({has}); table row \"{}\": ", cpu.family, cpu.model, c.row)?;
         let [f32_fronts, f16_fronts] = [super::decode_fronts(true), super::decode_fronts(false)];
-        let fronts = if f32_fronts > 1 || f16_fronts > 1 { std::format!("; decode reads each f32 matrix from {f32_fronts} place(s) at once, f16 from {f16_fronts}") } else { std::string::String::new() };
+        let fronts = if f32_fronts > 1 || f16_fronts > 1 { std::format!("; decode reads an f16 matrix from {f16_fronts} places at once (f32: {f32_fronts})") } else { std::string::String::new() };
         if c.decode.iter().chain(&c.prefill).all(|&b| b == c.other) {
             return write!(f, "{} for every dtype and phase{fronts}", c.other.name());
         }
