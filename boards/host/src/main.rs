@@ -793,10 +793,11 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
 /// Read bandwidth of one thread over `bytes` (the blob, so the working set is the weights'):
 /// the median of `runs` passes of a sum over 64-byte blocks with independent accumulators,
 /// with AVX-512 loads and a software prefetch where the CPU has them (as the kernels do), else
-/// AVX2 loads. Read from k = 1-4 places far apart at once (the blob cut into k parts, 2 KiB of
-/// each in turn), since one AMD Zen 3 core reads faster from several streams than from one
-/// (f32/f16 decode reads so: `for_fronts` in the runtime's `kernels/x86.rs`). Returns the best
-/// and the rate of each k. Decode cannot stream weights faster than the best.
+/// AVX2 loads. Read from k = 1-4 places far apart at once (k = 1: the whole blob in one
+/// stream; else the blob cut into k parts, 2 KiB of each in turn), since one AMD Zen 3 core
+/// reads faster from several places than from one (f16 decode reads so: `for_fronts` in the
+/// runtime's `kernels/x86.rs`; BENCHMARKS.md run 20). Returns the best and the rate of each k.
+/// Decode cannot stream weights faster than the best.
 fn read_bandwidth(bytes: &[u8], runs: usize) -> (f64, [f64; 4]) {
     let mut by_k = [0.0; 4];
     for (k, r) in (1..).zip(by_k.iter_mut()) {
@@ -804,14 +805,20 @@ fn read_bandwidth(bytes: &[u8], runs: usize) -> (f64, [f64; 4]) {
         let mut rates = Vec::with_capacity(runs);
         for _ in 0..runs {
             let t0 = Instant::now();
-            let mut s = 0u64;
-            for off in (0..part).step_by(2048) {
-                for f in 0..k {
-                    s = s.wrapping_add(sum_bytes(std::hint::black_box(&bytes[f * part + off..f * part + off + 2048])));
+            let read = if k == 1 {
+                std::hint::black_box(sum_bytes(std::hint::black_box(bytes)));
+                bytes.len()
+            } else {
+                let mut s = 0u64;
+                for off in (0..part).step_by(2048) {
+                    for f in 0..k {
+                        s = s.wrapping_add(sum_bytes(std::hint::black_box(&bytes[f * part + off..f * part + off + 2048])));
+                    }
                 }
-            }
-            std::hint::black_box(s);
-            rates.push((k * part) as f64 / t0.elapsed().as_secs_f64());
+                std::hint::black_box(s);
+                k * part
+            };
+            rates.push(read as f64 / t0.elapsed().as_secs_f64());
         }
         *r = median(rates);
     }

@@ -535,10 +535,12 @@ fn decode_rows_avx2<W: Weight>(data: &[W], cols: usize, x: &[f32], out: &mut Out
 /// Visits rows 0..`rows` (`bytes` in all) from `fronts` places in the matrix at once: the rows
 /// split into that many contiguous parts (fewer when a part would be under [`FRONT_MIN_BYTES`]),
 /// and one row of each part in turn. Each row is computed as it would be alone, so the order
-/// changes no bits. Why: one Zen 3 core reads memory faster from two streams far apart than from
-/// one (a pure read of 248 MB, 1.5 KiB from each in turn: one stream 15-19 GB/s, two 20-24),
-/// while streams close together read at half the rate (two 768 B apart: 9-10 GB/s; this is
-/// why rows side by side lost, below).
+/// changes no bits. Why: one Zen 3 core reads memory faster from several places far apart, a
+/// row (0.5-3 KiB) of each in turn, than from one, and much slower from places close together
+/// read a few bytes of each in turn, as rows side by side are (`cargo run --release -p
+/// kernel-benches --bin read-streams`: one place 23.8-24.6 GB/s, three 28.4-29.9; two places
+/// 768 B apart, 32 B of each in turn, 7.6-7.9; BENCHMARKS.md run 20). f16 decode gains most
+/// (GPT-2 124M, one thread: 70-77 -> 86-97 tok/s from four places).
 #[inline(always)]
 fn for_fronts(fronts: usize, rows: usize, bytes: usize, mut f: impl FnMut(usize)) {
     let k = fronts.min(bytes / FRONT_MIN_BYTES).clamp(1, rows.max(1));
@@ -553,8 +555,9 @@ fn for_fronts(fronts: usize, rows: usize, bytes: usize, mut f: impl FnMut(usize)
     }
 }
 
-/// The smallest part of a matrix [`for_fronts`] reads as a stream of its own: streams 16 KiB
-/// apart read about as one does, 64 KiB apart as separate streams (pure reads, Zen 3).
+/// The smallest part of a matrix [`for_fronts`] gives a place of its own: each place is a stream
+/// the prefetcher has to pick up, so tiny matrices stay whole, while every GPT-2 f16 matrix (the
+/// smallest, 768 × 768, is 1.2 MB) is cut in four.
 const FRONT_MIN_BYTES: usize = 64 << 10;
 
 /// From how many places at once AVX2 decode reads an f32 (`f32_rows`) or f16 matrix
