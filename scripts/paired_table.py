@@ -5,8 +5,8 @@
 
 Per dtype and thread count: ours (f16 KV cache, llama.cpp's default, so like for like) beside
 llama.cpp's pp128 / tg32, the ratio, and ours against the bandwidth bound the same `host bench`
-printed (weights + KV cache over its probe's read bandwidth, one thread only: the probe reads
-with one thread). Then the shipped model's f32 and q8 decode.
+printed (weights + KV cache over its probe's read bandwidth, the best of 1-4 streams; one
+thread only: the probe reads with one thread). Then the shipped model's f32 and q8 decode.
 """
 import re
 import sys
