@@ -561,18 +561,11 @@ fn for_fronts(fronts: usize, rows: usize, bytes: usize, mut f: impl FnMut(usize)
 const FRONT_MIN_BYTES: usize = 64 << 10;
 
 /// From how many places at once AVX2 decode reads an f32 (`f32_rows`) or f16 matrix
-/// ([`for_fronts`]): the CPU table's `dense_fronts` (AMD: f32 1, f16 4; Intel 1), or
-/// `GPT2_MCU_DECODE_FRONTS` (1-8, both dtypes, to measure). Asked once.
+/// ([`for_fronts`]): the CPU table's `dense_fronts` (AMD: f32 1, f16 4; Intel 1), which
+/// `GPT2_MCU_DECODE_FRONTS` overrides (`cpu::decode_overrides`).
 pub(super) fn decode_fronts(f32_rows: bool) -> usize {
-    static K: std::sync::OnceLock<[usize; 2]> = std::sync::OnceLock::new();
-    let k = K.get_or_init(|| {
-        let table = cpu::chosen().choice.dense_fronts.map(usize::from);
-        match std::env::var("GPT2_MCU_DECODE_FRONTS").ok().and_then(|v| v.parse::<usize>().ok()) {
-            Some(k) => [k.clamp(1, 8); 2],
-            None => table.map(|k| k.clamp(1, 8)),
-        }
-    });
-    if f32_rows { k[0] } else { k[1] }
+    let [f32, f16] = cpu::chosen().choice.dense_fronts;
+    usize::from(if f32_rows { f32 } else { f16 })
 }
 
 /// How far ahead of its reads AVX2 decode asks for the f32/f16/q8 weights, where it does
@@ -593,16 +586,11 @@ const DECODE_AHEAD: usize = 2048;
 ///   72-83 -> 93-100) and not for f32 rows, which its hardware prefetcher streams faster alone
 ///   (26-31 -> 22-23 with it).
 ///
-/// So: f32 rows on Intel only, f16 and q8 everywhere; `GPT2_MCU_DECODE_PREFETCH=1` or `=0`
-/// sets all of them either way (to measure both on one CPU). Asked once.
+/// So: f32 rows on Intel only, f16 and q8 everywhere: the CPU table's `decode_prefetch`, which
+/// `GPT2_MCU_DECODE_PREFETCH=1` or `=0` sets all either way (`cpu::decode_overrides`, to
+/// measure both on one CPU).
 pub(super) fn decode_prefetch(f32_rows: bool) -> bool {
-    static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
-    let (f32, narrow) = *ON.get_or_init(|| match std::env::var("GPT2_MCU_DECODE_PREFETCH").ok().as_deref() {
-        Some("1") => (true, true),
-        Some("0") => (false, false),
-        // the CPU table's (kernels/x86/cpu.rs): Intel yes, AMD no
-        _ => (cpu::chosen().choice.prefetch_f32_rows, true),
-    });
+    let [f32, narrow] = cpu::chosen().choice.decode_prefetch;
     if f32_rows { f32 } else { narrow }
 }
 
@@ -1886,6 +1874,18 @@ mod tests {
                 }
             }
         }
+        // whole orders, written out: four places (parts of 3), three (parts under 64 KiB
+        // merged), one (a part would be under 64 KiB, or no places asked), two rows for four
+        let visits = |fronts, rows, bytes| {
+            let mut v = std::vec::Vec::new();
+            for_fronts(fronts, rows, bytes, |o| v.push(o));
+            v
+        };
+        assert_eq!(visits(4, 10, 100 * FRONT_MIN_BYTES), [0, 3, 6, 9, 1, 4, 7, 2, 5, 8]);
+        assert_eq!(visits(4, 10, 3 * FRONT_MIN_BYTES), [0, 4, 8, 1, 5, 9, 2, 6, 3, 7]);
+        assert_eq!(visits(4, 10, FRONT_MIN_BYTES), (0..10).collect::<std::vec::Vec<_>>());
+        assert_eq!(visits(0, 5, 100 * FRONT_MIN_BYTES), (0..5).collect::<std::vec::Vec<_>>());
+        assert_eq!(visits(4, 2, 100 * FRONT_MIN_BYTES), [0, 1]);
     }
 
     /// The AMX tile path (prefill, ≥ 8 tokens, blocks of 16 rows) must give the portable

@@ -80,10 +80,11 @@ pub struct Choice {
     pub prefill: [Build; 4],
     /// Attention, softmax and the elementwise activations (both phases).
     pub other: Build,
-    /// Whether AVX2 decode prefetches f32 weight rows in software (f16 and q8 always do):
-    /// Intel's Golden Cove wants it (f32 decode 23.9 -> 33.1 tok/s), AMD's Zen 3 does not
-    /// (26-31 -> 22-23); see `decode_prefetch` in `kernels/x86.rs`.
-    pub prefetch_f32_rows: bool,
+    /// Whether AVX2 decode prefetches `[f32 rows, f16 rows and q8 blocks]` in software: the
+    /// second always; the first where Intel's Golden Cove wants it (f32 decode 23.9 -> 33.1
+    /// tok/s) and not where AMD's Zen 3 does not (26-31 -> 22-23); see `decode_prefetch` in
+    /// `kernels/x86.rs`.
+    pub decode_prefetch: [bool; 2],
     /// From how many places at once AVX2 decode reads an `[f32, f16]` matrix (`for_fronts` in
     /// `kernels/x86.rs`). One AMD Zen 3 core reads memory faster from several streams far apart
     /// than from one, and f16 decode with them: `host bench --model gpt2-f16.blob --prompt-len
@@ -97,7 +98,7 @@ pub struct Choice {
 impl Choice {
     fn all(row: &'static str, b: Build, vendor: Vendor) -> Self {
         let amd = vendor == Vendor::Amd;
-        Choice { row, decode: [b; 4], prefill: [b; 4], other: b, prefetch_f32_rows: vendor == Vendor::Intel, dense_fronts: if amd { [1, 4] } else { [1, 1] } }
+        Choice { row, decode: [b; 4], prefill: [b; 4], other: b, decode_prefetch: [vendor == Vendor::Intel, true], dense_fronts: if amd { [1, 4] } else { [1, 1] } }
     }
 }
 
@@ -141,7 +142,7 @@ pub fn choose(cpu: Cpu, force: Force) -> Choice {
             // whose AVX2 decode already streams at the memory bound. Two read fronts for f32/f16
             // decode as on Zen 3 (measured there, not on a Zen 4).
             let (a, b) = (Build::Avx512, Build::Avx2);
-            Choice { row: "AMD with AVX-512 (measured: Zen 4, family 25 model 17)", decode: [b; 4], prefill: [a, a, a, b], other: b, prefetch_f32_rows: false, dense_fronts: [1, 4] }
+            Choice { row: "AMD with AVX-512 (measured: Zen 4, family 25 model 17)", decode: [b; 4], prefill: [a, a, a, b], other: b, decode_prefetch: [false, true], dense_fronts: [1, 4] }
         }
         Build::Avx512 => Choice::all("AVX-512 (measured: Intel Sapphire Rapids, family 6 model 143)", Build::Avx512, cpu.vendor),
     }
@@ -227,8 +228,26 @@ pub fn chosen() -> &'static Chosen {
     static CHOICE: std::sync::OnceLock<Chosen> = std::sync::OnceLock::new();
     CHOICE.get_or_init(|| {
         let (cpu, force) = (this_cpu(), force_from_env());
-        Chosen { cpu, force, choice: choose(cpu, force) }
+        let var = |k| std::env::var(k).ok();
+        let choice = decode_overrides(choose(cpu, force), var("GPT2_MCU_DECODE_PREFETCH").as_deref(), var("GPT2_MCU_DECODE_FRONTS").as_deref());
+        Chosen { cpu, force, choice }
     })
+}
+
+/// `c` with the decode overrides, for measuring one way against the other on one CPU:
+/// `GPT2_MCU_DECODE_PREFETCH` `1` or `0` turns every AVX2 decode prefetch on or off, and
+/// `GPT2_MCU_DECODE_FRONTS=N` (1-8) reads f32 and f16 matrices from N places. Other values
+/// leave the table's.
+pub fn decode_overrides(mut c: Choice, prefetch: Option<&str>, fronts: Option<&str>) -> Choice {
+    match prefetch {
+        Some("1") => c.decode_prefetch = [true; 2],
+        Some("0") => c.decode_prefetch = [false; 2],
+        _ => {}
+    }
+    if let Some(k) = fronts.and_then(|v| v.parse::<u8>().ok()) {
+        c.dense_fronts = [k.clamp(1, 8); 2];
+    }
+    c
 }
 
 /// What runs here, for reports: `kernels: AMD family 25 model 1 (AVX2): row "…": decode f32 …`.
@@ -250,7 +269,7 @@ impl fmt::Display for Report {
             "no AVX2"
         };
         write!(f, "{vendor} family {} model {} ({has}); table row \"{}\": ", cpu.family, cpu.model, c.row)?;
-        let [f32_fronts, f16_fronts] = [super::decode_fronts(true), super::decode_fronts(false)];
+        let [f32_fronts, f16_fronts] = c.dense_fronts;
         let fronts = if f32_fronts > 1 || f16_fronts > 1 { std::format!("; decode reads an f16 matrix from {f16_fronts} places at once (f32: {f32_fronts})") } else { std::string::String::new() };
         if c.decode.iter().chain(&c.prefill).all(|&b| b == c.other) {
             return write!(f, "{} for every dtype and phase{fronts}", c.other.name());
@@ -288,8 +307,21 @@ mod tests {
         let spr = choose(SPR, Force::Auto);
         assert_eq!((spr.decode, spr.prefill, spr.other), ([Build::Avx512; 4], [Build::Avx512; 4], Build::Avx512));
         assert_eq!(choose(OLD, Force::Auto), Choice::all(choose(OLD, Force::Auto).row, Build::Portable, Vendor::Intel));
-        assert!(spr.prefetch_f32_rows && !zen3.prefetch_f32_rows && !zen4.prefetch_f32_rows);
+        assert_eq!((spr.decode_prefetch, zen3.decode_prefetch, zen4.decode_prefetch), ([true; 2], [false, true], [false, true]));
         assert_eq!((zen3.dense_fronts, zen4.dense_fronts, spr.dense_fronts), ([1, 4], [1, 4], [1, 1]));
+    }
+
+    #[test]
+    fn decode_overrides_set_prefetch_and_places() {
+        let zen3 = choose(ZEN3, Force::Auto);
+        assert_eq!(decode_overrides(zen3, None, None), zen3);
+        let on = decode_overrides(zen3, Some("1"), Some("2"));
+        assert_eq!((on.decode_prefetch, on.dense_fronts), ([true; 2], [2, 2]));
+        let off = decode_overrides(zen3, Some("0"), Some("99"));
+        assert_eq!((off.decode_prefetch, off.dense_fronts), ([false; 2], [8, 8]));
+        let odd = decode_overrides(zen3, Some("yes"), Some("0"));
+        assert_eq!((odd.decode_prefetch, odd.dense_fronts), (zen3.decode_prefetch, [1, 1]));
+        assert_eq!(decode_overrides(zen3, None, Some("four")).dense_fronts, zen3.dense_fronts);
     }
 
     #[test]
