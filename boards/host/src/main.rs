@@ -734,7 +734,10 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     }
     let bytes = model.weight_bytes_per_token() as f64;
     let (p, d) = (median(pre), median(dec));
-    let (bandwidth, by_streams) = read_bandwidth(file.bytes(), runs.max(3));
+    // the pool's workers spin a while after the last call: stop them first, so the probe's
+    // readers have the cores to themselves
+    drop(pool);
+    let (bandwidth, by_streams) = read_bandwidth(file.bytes(), runs.max(3), usize::from(threads.threads));
     println!(
         "model: {} layers, n_embd {}, vocab {}, {} weights, {} KV cache",
         cfg.n_layer,
@@ -751,10 +754,13 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     println!("decode:  {d:.1} tok/s");
     println!("weight bytes per decoded token: {:.1} MB  -> {:.2} GB/s streamed", bytes / 1e6, bytes * d / 1e9);
     println!(
-        "memory read bandwidth (this blob, 1 thread): {:.2} GB/s  -> decode bound {:.1} tok/s, decode reaches {:.0}% of it (best of 1-4 streams: {})",
+        "memory read bandwidth (this blob, {} thread{}): {:.2} GB/s  -> decode bound {:.1} tok/s, decode reaches {:.0}% of it (best of 1-4 streams{}: {})",
+        threads.threads,
+        if threads.threads == 1 { "" } else { "s" },
         bandwidth / 1e9,
         bandwidth / bytes,
         100.0 * bytes * d / bandwidth,
+        if threads.threads == 1 { "" } else { " a thread" },
         by_streams.map(|b| format!("{:.2}", b / 1e9)).join(" / ")
     );
     // Attention reads the keys and values each layer holds: at decode step i (from 0), layer l
@@ -790,39 +796,72 @@ fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usiz
     Ok(())
 }
 
-/// Read bandwidth of one thread over `bytes` (the blob, so the working set is the weights'):
-/// the median of `runs` passes of a sum over 64-byte blocks with independent accumulators,
-/// with AVX-512 loads and a software prefetch where the CPU has them (as the kernels do), else
-/// AVX2 loads. Read from k = 1-4 places far apart at once (k = 1: the whole blob in one
-/// stream; else the blob cut into k parts, 2 KiB of each in turn), since one AMD Zen 3 core
+/// Read bandwidth of `threads` threads over `bytes` (the blob, so the working set is the
+/// weights'), as decode reads with `--threads`: each thread a contiguous share of the blob (a
+/// thread's rows of each matrix), all started at once, timed until the last one is done. The
+/// median of `runs` passes of a sum over 64-byte blocks with independent accumulators, with
+/// AVX-512 loads and a software prefetch where the CPU has them (as the kernels do), else AVX2
+/// loads. Each thread reads from k = 1-4 places far apart at once (k = 1: its share in one
+/// stream; else its share cut into k parts, 2 KiB of each in turn), since one AMD Zen 3 core
 /// reads faster from several places than from one (f16 decode reads so: `for_fronts` in the
 /// runtime's `kernels/x86.rs`; BENCHMARKS.md run 20). Returns the best and the rate of each k.
 /// Decode cannot stream weights faster than the best.
-fn read_bandwidth(bytes: &[u8], runs: usize) -> (f64, [f64; 4]) {
+fn read_bandwidth(bytes: &[u8], runs: usize, threads: usize) -> (f64, [f64; 4]) {
+    let threads = threads.max(1);
+    let share = bytes.len() / threads;
     let mut by_k = [0.0; 4];
     for (k, r) in (1..).zip(by_k.iter_mut()) {
-        let part = bytes.len() / k / 2048 * 2048;
         let mut rates = Vec::with_capacity(runs);
         for _ in 0..runs {
-            let t0 = Instant::now();
-            let read = if k == 1 {
-                std::hint::black_box(sum_bytes(std::hint::black_box(bytes)));
-                bytes.len()
+            let (read, secs) = if threads == 1 {
+                let t0 = Instant::now();
+                let read = read_places(bytes, k);
+                (read, t0.elapsed().as_secs_f64())
             } else {
-                let mut s = 0u64;
-                for off in (0..part).step_by(2048) {
-                    for f in 0..k {
-                        s = s.wrapping_add(sum_bytes(std::hint::black_box(&bytes[f * part + off..f * part + off + 2048])));
-                    }
-                }
-                std::hint::black_box(s);
-                k * part
+                // this thread reads share 0 and the others the rest; all meet at the barrier,
+                // so the clock starts when every reader can read, and it stops when the last
+                // is done (a clock on a thread of its own would share a core with a reader)
+                let start = std::sync::Barrier::new(threads);
+                std::thread::scope(|s| {
+                    let readers: Vec<_> = (1..threads)
+                        .map(|i| {
+                            let (part, start) = (&bytes[i * share..(i + 1) * share], &start);
+                            s.spawn(move || {
+                                start.wait();
+                                read_places(part, k)
+                            })
+                        })
+                        .collect();
+                    start.wait();
+                    let t0 = Instant::now();
+                    let mine = read_places(&bytes[..share], k);
+                    let read = mine + readers.into_iter().map(|h| h.join().unwrap_or(0)).sum::<usize>();
+                    (read, t0.elapsed().as_secs_f64())
+                })
             };
-            rates.push(read as f64 / t0.elapsed().as_secs_f64());
+            rates.push(read as f64 / secs);
         }
         *r = median(rates);
     }
     (by_k.iter().copied().fold(0.0, f64::max), by_k)
+}
+
+/// Reads `bytes` from k places at once (k = 1: in one stream; else cut into k parts, 2 KiB of
+/// each in turn) and returns how many bytes it read.
+fn read_places(bytes: &[u8], k: usize) -> usize {
+    if k <= 1 {
+        std::hint::black_box(sum_bytes(std::hint::black_box(bytes)));
+        return bytes.len();
+    }
+    let part = bytes.len() / k / 2048 * 2048;
+    let mut s = 0u64;
+    for off in (0..part).step_by(2048) {
+        for f in 0..k {
+            s = s.wrapping_add(sum_bytes(std::hint::black_box(&bytes[f * part + off..f * part + off + 2048])));
+        }
+    }
+    std::hint::black_box(s);
+    k * part
 }
 
 fn sum_bytes(bytes: &[u8]) -> u64 {

@@ -250,6 +250,13 @@ fn bench_prints_its_figures() {
         let line = stdout.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no '{label}' line in:\n{stdout}"));
         assert!(line.chars().any(|c| c.is_ascii_digit()) || line.contains("unknown"), "no figure in '{line}'");
     }
+    // the bound is read with as many threads as decode ran with
+    assert!(stdout.contains("memory read bandwidth (this blob, 1 thread): "), "{stdout}");
+    let two = host().args(["bench", "--prompt-len", "4", "-n", "2", "--runs", "1", "--threads", "2"]).output().unwrap();
+    assert!(two.status.success(), "{}", String::from_utf8_lossy(&two.stderr));
+    let two = String::from_utf8(two.stdout).unwrap();
+    let line = two.lines().find(|l| l.starts_with("memory read bandwidth")).unwrap_or_else(|| panic!("no bandwidth line in:\n{two}"));
+    assert!(line.starts_with("memory read bandwidth (this blob, 2 threads): ") && line.contains("best of 1-4 streams a thread: "), "{line}");
 }
 
 /// The demo (`cargo run -p host`, no arguments) is the command its help text names: the shipped
