@@ -13,6 +13,10 @@
 #             llama-quantize on the same checkpoint)
 #   MODELS    the shipped model's folder (default: this checkout's models/default)
 #   REPS      runs per measurement (default 5); THREADS (default "1 2")
+#   VARIANTS  environment settings to run ours under besides the CPU table's own choice, each
+#             one word (several settings joined by commas), e.g. on a Zen 4:
+#               VARIANTS="GPT2_MCU_KERNELS=avx512 GPT2_MCU_KERNELS=avx2 GPT2_MCU_DECODE_FRONTS=1"
+#             (default none); each runs with the f16 KV cache only, beside the table's run
 # The load average is printed beside every measurement: the figures are only comparable in pairs.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +27,7 @@ GGUFS=${GGUFS:-/tmp}
 MODELS=${MODELS:-$ROOT/models/default}
 REPS=${REPS:-5}
 THREADS=${THREADS:-1 2}
+VARIANTS=${VARIANTS:-}
 echo "== $(date -u '+%F %T UTC')  $(lscpu | sed -n 's/^Model name: *//p')  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in $THREADS; do
   for d in f32 f16 q8 q4; do
@@ -30,6 +35,10 @@ for t in $THREADS; do
     for kv in f32 f16; do
       echo "-- ours $d, $t thread(s), $kv KV (load $(cut -d' ' -f1 /proc/loadavg))"
       "$HOST" bench --model "$BLOBS/gpt2-$d.blob" --prompt-len 128 -n 32 --runs "$REPS" --threads "$t" --kv-dtype $kv | grep -E '^(prefill|decode|memory|KV)'
+    done
+    for v in $VARIANTS; do
+      echo "-- ours $d, $t thread(s), f16 KV, with $v (load $(cut -d' ' -f1 /proc/loadavg))"
+      env $(echo "$v" | tr ',' ' ') "$HOST" bench --model "$BLOBS/gpt2-$d.blob" --prompt-len 128 -n 32 --runs "$REPS" --threads "$t" --kv-dtype f16 | grep -E '^(kernels|prefill|decode|memory|KV)'
     done
     echo "-- llama.cpp $g, $t thread(s) (load $(cut -d' ' -f1 /proc/loadavg))"
     "$LLAMA" -m "$GGUFS/gpt2-random-$g.gguf" -t "$t" -p 128 -n 32 -r "$REPS" 2>/dev/null | grep -E 'pp128|tg32'
