@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod accuracy;
+pub mod bandwidth;
 pub mod blob_file;
 pub mod blob_writer;
 pub mod boards;

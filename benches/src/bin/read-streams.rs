@@ -1,10 +1,12 @@
 //! How fast one core reads memory from k places at once: a buffer (2 MiB pages where the
-//! kernel gives them) cut into k parts, `CHUNK` bytes of each part in turn, summed with AVX2
-//! loads. On a Zen 3 VM one stream read 19-24 GB/s and two to four far apart 23-31, while two
-//! streams close together (the two halves of each 1.5 KiB span: rows side by side) read at half
-//! the rate of one. This is why f16 decode reads each matrix from several places
-//! (`for_fronts` in `runtime/src/kernels/x86.rs`) and why `host bench`'s bandwidth line is the
-//! best of 1-4 streams (BENCHMARKS.md, run 20).
+//! kernel gives them) cut into k parts, a piece of each part in turn, through `host bench`'s own
+//! probe (`host_tools::bandwidth`, AVX-512 loads where the CPU has them, else AVX2); and two
+//! places close together, 32 B of each in turn, summed with AVX2 loads here. On a Zen 3 VM one
+//! stream read 19-24 GB/s and two to four far apart 23-31, while two streams close together (the
+//! two halves of each 1.5 KiB span: rows side by side) read at half the rate of one. This is why
+//! f16 decode reads each matrix from several places (`for_fronts` in
+//! `runtime/src/kernels/x86.rs`) and why `host bench`'s bandwidth line is the best of 1-4
+//! streams (BENCHMARKS.md, run 20).
 //!
 //! ```sh
 //! cargo run --release -p kernel-benches --bin read-streams [MB]
@@ -38,9 +40,15 @@ fn main() {
         let best = (0..5)
             .map(|_| {
                 let t0 = Instant::now();
-                // SAFETY: the CPU has AVX2 (checked above).
-                let (s, read) = unsafe { sum_places(bytes, k, chunk, apart) };
-                std::hint::black_box(s);
+                let read = match apart {
+                    None => host_tools::bandwidth::read_places(bytes, k, chunk),
+                    Some(d) => {
+                        // SAFETY: the CPU has AVX2 (checked above).
+                        let (s, read) = unsafe { sum_close(bytes, k, d) };
+                        std::hint::black_box(s);
+                        read
+                    }
+                };
                 read as f64 / t0.elapsed().as_secs_f64() / 1e9
             })
             .fold(0.0, f64::max);
@@ -52,40 +60,24 @@ fn main() {
     }
 }
 
-/// Sums `bytes` read from k places in turn, `chunk` bytes each: the places are the k parts
-/// (`apart` None) or, with `apart` Some(d), the k pieces of d bytes of each span of k·d (then
-/// chunk = d). Returns the sum and the bytes read.
+/// Sums `bytes` read from k places close together: each span of k·d bytes as its k pieces of d
+/// bytes side by side, 32 bytes of each piece in turn (as rows side by side are read). Returns
+/// the sum and the bytes read.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn sum_places(bytes: &[u8], k: usize, chunk: usize, apart: Option<usize>) -> (u64, usize) {
+fn sum_close(bytes: &[u8], k: usize, d: usize) -> (u64, usize) {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_si256(); 2];
     let mut read = 0;
-    let mut add = |c: &[u8]| {
-        for (i, v) in c.as_chunks::<32>().0.iter().enumerate() {
-            // SAFETY: v is 32 readable bytes.
-            acc[i % 2] = _mm256_add_epi64(acc[i % 2], unsafe { _mm256_loadu_si256(v.as_ptr().cast()) });
-        }
-        read += c.len();
-    };
-    match apart {
-        Some(d) => {
-            for span in bytes.chunks_exact(k * d) {
-                for off in (0..d).step_by(chunk.min(d)) {
-                    for p in 0..k {
-                        add(&span[p * d + off..p * d + (off + chunk).min(d)]);
-                    }
-                }
+    for span in bytes.chunks_exact(k * d) {
+        for (i, off) in (0..d / 32 * 32).step_by(32).enumerate() {
+            for p in 0..k {
+                let v = &span[p * d + off..p * d + off + 32];
+                // SAFETY: v is 32 readable bytes.
+                acc[i % 2] = _mm256_add_epi64(acc[i % 2], unsafe { _mm256_loadu_si256(v.as_ptr().cast()) });
             }
         }
-        None => {
-            let part = bytes.len() / k / chunk * chunk;
-            for off in (0..part).step_by(chunk) {
-                for p in 0..k {
-                    add(&bytes[p * part + off..p * part + off + chunk]);
-                }
-            }
-        }
+        read += k * (d / 32 * 32);
     }
     let mut v = [0u64; 4];
     // SAFETY: v is 32 writable bytes.

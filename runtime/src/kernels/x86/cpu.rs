@@ -139,8 +139,8 @@ pub fn choose(cpu: Cpu, force: Force) -> Choice {
             // prefill f32 402 / 363, f16 406-420 / 372-412, q8 538-549 / 529-591 (two threads
             // 790 / 728), q4 492 / 647. So decode and q4 prefill on AVX2, the rest of prefill
             // on AVX-512. Zen 5 (family 26) is not measured; until it is it takes Zen 4's row,
-            // whose AVX2 decode already streams at the memory bound. Two read fronts for f32/f16
-            // decode as on Zen 3 (measured there, not on a Zen 4).
+            // whose AVX2 decode already streams at the memory bound. Decode reads an f16 matrix
+            // from 4 places and an f32 one from 1, as on Zen 3 (measured there, not on a Zen 4).
             let (a, b) = (Build::Avx512, Build::Avx2);
             Choice { row: "AMD with AVX-512 (measured: Zen 4, family 25 model 17)", decode: [b; 4], prefill: [a, a, a, b], other: b, decode_prefetch: [false, true], dense_fronts: [1, 4] }
         }
