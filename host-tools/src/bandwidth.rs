@@ -165,7 +165,9 @@ fn sum_avx512(bytes: &[u8]) -> u64 {
     acc.iter().fold(0, |s, &a| s.wrapping_add(_mm512_reduce_add_epi64(a) as u64))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper one of an even count; 0 for none): `host bench`'s figures and
+/// this probe's.
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

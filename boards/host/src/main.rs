@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use host_tools::bandwidth::median;
 use host_tools::blob_file::{BlobFile, HugeMem};
 use host_tools::plan::{KvArg, Plan, Target};
 use runtime::generate::{generate, Control, GenerateOptions, StopMatcher, StopReason};
@@ -698,10 +699,6 @@ fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn cmd_bench(m: &ModelArg, prompt_len: usize, n: usize, runs: usize, batch: usize, threads: &ThreadsArg) -> Result<()> {
     let pool = threads.pool()?;
